@@ -1,0 +1,42 @@
+# FDA workbook. Two commands do everything on a fresh machine (each sets itself up first):
+#   make figures   - execute every notebook with its default parameters, writing figures/
+#   make test      - run the test suite
+# Set-up: a virtual environment in .venv with the pinned CPU torch wheel and the package (editable).
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+# pip prints one warning per package for the machine's file:// mirrors; keep the log readable
+# (the exit status checked is pip's, not grep's)
+PIPQ   := 2>&1 | { grep -v "is neither a file nor a directory" || true; }; test $${PIPESTATUS[0]} -eq 0
+SHELL  := /bin/bash
+
+.PHONY: setup figures test test-fast benchmark clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	# torch first, pinned: 2.13.0 is the local CPU wheel; a looser pin could pull a multi-GB CUDA build
+	$(PY) -m pip install --quiet "torch==2.13.0" $(PIPQ)
+	$(PY) -m pip install --quiet -e ".[dev]" $(PIPQ)
+	$(PY) -c "import torch, papermill, fda_core; print('set-up ok: torch', torch.__version__)"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+## main job: execute all notebooks (default parameters) -> executed/ and figures/
+figures: setup
+	$(VENV)/bin/fda run all --out executed
+
+## tests (unit, property, Monte-Carlo, CLI, notebooks)
+test: setup
+	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow"
+
+benchmark: setup
+	$(PY) benchmarks/aggregation.py
+
+clean:
+	rm -rf executed .pytest_cache .hypothesis

@@ -1,0 +1,665 @@
+"""Aggregation rules for federated domain adaptation (FDA).
+
+A target client holds a few labelled samples and receives gradients (or model updates) from N source
+clients. Each rule combines them into one update direction ĝ; the update is θ ← θ − μ·ĝ.
+
+Convention (spec ``theory.md`` § Rules): **β weights the SOURCE part**; β = 0 returns the target
+gradient, β = 1 relies on the sources only.
+
+Accepted forms of ``source_grads`` (and the matching ``target_grad``):
+
+* a tensor of shape ``(N, m)`` with ``target_grad`` of shape ``(m,)``; leading batch dimensions are
+  allowed: ``(*batch, N, m)`` with ``(*batch, m)`` aggregates every batch entry independently
+  (used by Monte-Carlo checks and batched trainers);
+* a sequence of N tensors of one shape, flattened, with ``target_grad`` of that shape; the result has
+  the target's shape;
+* a sequence of N parameter dicts (name → tensor) with ``target_grad`` a dict with the same keys and
+  shapes: per-tensor (layer-wise) aggregation, the result is a dict. FedGP then projects each tensor
+  separately (spec § Rules, "Layer-wise application").
+
+``beta``: a float, or one float per source (shape ``(N,)``, or ``(*batch, N)`` for batched input).
+``weights``: per-source weights w_i ≥ 0 (default uniform), normalised to sum to 1.
+
+Every public rule raises :class:`ValueError` naming the argument on bad input: β outside [0, 1],
+NaN/inf values, shape or key mismatch, an empty source list, negative weights.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Union
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "source_only",
+    "target_only",
+    "fedda",
+    "fedgp",
+    "fedgp_cosine",
+    "fedda_auto",
+    "fedgp_auto",
+    "magnitude_alignment",
+    "Rule",
+    "get_rule",
+    "list_rules",
+    "register_rule",
+    "RULES",
+]
+
+GradDict = Mapping[str, Tensor]
+SourceGrads = Union[Tensor, Sequence[Tensor], Sequence[GradDict]]
+TargetGrad = Union[Tensor, GradDict]
+BetaLike = Union[float, Sequence[float], Tensor]
+
+
+# ---------------------------------------------------------------------------------------------
+# Input normalisation and validation
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class _Blocks:
+    """Sources and target normalised to blocks of flat tensors.
+
+    ``sources[k]`` has shape (*batch, N, m_k) and ``target[k]`` shape (*batch, m_k). A flat input is
+    one block; a dict input has one block per key (``keys``), each a list of N per-source tensors
+    (``per_source``) because stacking them would copy every byte once more.
+    """
+
+    kind: str  # "tensor" | "sequence" | "dict"
+    n_sources: int
+    target: list[Tensor]
+    sources: list[Tensor] | None = None  # flat kinds: [(*batch, N, m)]
+    per_source: list[list[Tensor]] | None = None  # dict kind: per_source[k][i] (m_k,)
+    keys: list[str] | None = None
+    shapes: list[torch.Size] | None = None
+    target_shape: torch.Size | None = None
+
+    @property
+    def batch_shape(self) -> torch.Size:
+        return self.target[0].shape[:-1]
+
+
+def _as_float_tensor(x: Any, name: str) -> Tensor:
+    if not isinstance(x, Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if not (x.is_floating_point() or x.is_complex()):
+        x = x.to(torch.get_default_dtype())
+    return x
+
+
+def _normalise(source_grads: SourceGrads, target_grad: TargetGrad | None) -> _Blocks:
+    """Validate the gradient arguments and bring them to the internal block form."""
+    if isinstance(source_grads, Tensor):
+        src = _as_float_tensor(source_grads, "source_grads")
+        if src.ndim < 2:
+            raise ValueError(
+                "source_grads as a tensor must have shape (N, m) (or (*batch, N, m)), "
+                f"got shape {tuple(src.shape)}"
+            )
+        if src.shape[-2] == 0:
+            raise ValueError("source_grads must contain at least one source (N >= 1), got N = 0")
+        if target_grad is None:
+            tgt = src.new_zeros(src.shape[:-2] + src.shape[-1:])
+        else:
+            if isinstance(target_grad, Mapping):
+                raise ValueError("target_grad is a dict but source_grads is a tensor; pass both flat or both as dicts")
+            tgt = _as_float_tensor(target_grad, "target_grad")
+            expected = src.shape[:-2] + src.shape[-1:]
+            if tgt.shape != expected:
+                raise ValueError(
+                    f"target_grad has shape {tuple(tgt.shape)} but source_grads has shape {tuple(src.shape)}; "
+                    f"expected target_grad of shape {tuple(expected)}"
+                )
+            if tgt.device != src.device:
+                raise ValueError(f"target_grad is on {tgt.device} but source_grads on {src.device}")
+        return _Blocks("tensor", src.shape[-2], [tgt], sources=[src])
+
+    if isinstance(source_grads, (str, bytes)) or not isinstance(source_grads, Sequence):
+        raise ValueError(
+            "source_grads must be a tensor (N, m), a sequence of tensors or a sequence of parameter dicts, "
+            f"got {type(source_grads).__name__}"
+        )
+    n = len(source_grads)
+    if n == 0:
+        raise ValueError("source_grads must contain at least one source, got an empty sequence")
+
+    if all(isinstance(s, Mapping) for s in source_grads):
+        return _normalise_dicts(source_grads, target_grad)  # type: ignore[arg-type]
+    if not all(isinstance(s, Tensor) for s in source_grads):
+        raise ValueError("source_grads must hold only tensors or only parameter dicts (name -> tensor)")
+
+    shape = source_grads[0].shape
+    for i, s in enumerate(source_grads):
+        if s.shape != shape:
+            raise ValueError(
+                f"source_grads[{i}] has shape {tuple(s.shape)} but source_grads[0] has shape {tuple(shape)}"
+            )
+    if target_grad is not None:
+        if isinstance(target_grad, Mapping):
+            raise ValueError("target_grad is a dict but source_grads holds tensors; pass both as dicts")
+        tgt = _as_float_tensor(target_grad, "target_grad")
+        if tgt.shape != shape:
+            raise ValueError(f"target_grad has shape {tuple(tgt.shape)} but each source gradient has shape {tuple(shape)}")
+    else:
+        tgt = torch.zeros(shape, dtype=source_grads[0].dtype, device=source_grads[0].device)
+    src = torch.stack([_as_float_tensor(s, f"source_grads[{i}]").reshape(-1) for i, s in enumerate(source_grads)])
+    return _Blocks("sequence", n, [tgt.reshape(-1)], sources=[src], target_shape=shape)
+
+
+def _normalise_dicts(source_grads: Sequence[GradDict], target_grad: TargetGrad | None) -> _Blocks:
+    keys = list(source_grads[0].keys())
+    if not keys:
+        raise ValueError("source_grads[0] is an empty parameter dict")
+    keyset = set(keys)
+    for i, s in enumerate(source_grads):
+        if set(s.keys()) != keyset:
+            missing = sorted(keyset - set(s.keys()))
+            extra = sorted(set(s.keys()) - keyset)
+            raise ValueError(f"source_grads[{i}] keys differ from source_grads[0]: missing {missing}, extra {extra}")
+    if target_grad is not None:
+        if not isinstance(target_grad, Mapping):
+            raise ValueError("source_grads holds parameter dicts, so target_grad must be a dict with the same keys")
+        if set(target_grad.keys()) != keyset:
+            missing = sorted(keyset - set(target_grad.keys()))
+            extra = sorted(set(target_grad.keys()) - keyset)
+            raise ValueError(f"target_grad keys differ from source_grads: missing {missing}, extra {extra}")
+    shapes, targets, per_source = [], [], []
+    for k in keys:
+        shape = source_grads[0][k].shape
+        for i, s in enumerate(source_grads):
+            if s[k].shape != shape:
+                raise ValueError(
+                    f"source_grads[{i}][{k!r}] has shape {tuple(s[k].shape)}, source_grads[0][{k!r}] {tuple(shape)}"
+                )
+        if target_grad is not None:
+            t = _as_float_tensor(target_grad[k], f"target_grad[{k!r}]")
+            if t.shape != shape:
+                raise ValueError(f"target_grad[{k!r}] has shape {tuple(t.shape)} but the sources have {tuple(shape)}")
+        else:
+            t = torch.zeros(shape, dtype=source_grads[0][k].dtype, device=source_grads[0][k].device)
+        shapes.append(shape)
+        targets.append(t.reshape(-1))
+        per_source.append([_as_float_tensor(s[k], f"source_grads[{i}][{k!r}]").reshape(-1) for i, s in enumerate(source_grads)])
+    return _Blocks("dict", len(source_grads), targets, per_source=per_source, keys=keys, shapes=shapes)
+
+
+def _per_source(value: BetaLike | None, blocks: _Blocks, name: str, *, default: float | None = None) -> Tensor:
+    """β or weights as a tensor broadcastable to (*batch, N) on the target's device and dtype."""
+    ref = blocks.target[0]
+    n = blocks.n_sources
+    if value is None:
+        if default is None:
+            raise ValueError(f"{name} is required")
+        return torch.full((n,), default, dtype=ref.dtype, device=ref.device)
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a number or one number per source, got a bool")
+    if isinstance(value, (int, float)):
+        t = torch.tensor(float(value), dtype=ref.dtype, device=ref.device)
+    else:
+        try:
+            t = torch.as_tensor(value, dtype=ref.dtype, device=ref.device)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{name} must be a number or one number per source: {exc}") from None
+    if t.ndim == 0:
+        t = t.expand(n)
+    if t.shape[-1] != n:
+        raise ValueError(f"{name} has {t.shape[-1]} entries but there are {n} sources (shape {tuple(t.shape)})")
+    try:
+        torch.broadcast_shapes(t.shape, blocks.batch_shape + (n,))
+    except RuntimeError:
+        raise ValueError(
+            f"{name} of shape {tuple(t.shape)} does not broadcast to (*batch, N) = {tuple(blocks.batch_shape + (n,))}"
+        ) from None
+    if not bool(torch.isfinite(t).all()):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return t
+
+
+def _check_beta(beta: BetaLike, blocks: _Blocks) -> Tensor:
+    b = _per_source(beta, blocks, "beta")
+    if bool((b < 0).any()) or bool((b > 1).any()):
+        raise ValueError(f"beta must lie in [0, 1] (β weights the source part), got {beta!r}")
+    return b
+
+
+def _check_weights(weights: BetaLike | None, blocks: _Blocks) -> Tensor:
+    w = _per_source(weights, blocks, "weights", default=1.0)
+    if bool((w < 0).any()):
+        raise ValueError(f"weights must be non-negative, got {weights!r}")
+    total = w.sum(-1, keepdim=True)
+    if bool((total <= 0).any()):
+        raise ValueError(f"weights must have a positive sum, got {weights!r}")
+    return w / total
+
+
+def _raise_non_finite(blocks: _Blocks) -> None:
+    """Slow path, only after a non-finite result: find and name the offending argument."""
+    for k, t in enumerate(blocks.target):
+        if not bool(torch.isfinite(t).all()):
+            where = f"[{blocks.keys[k]!r}]" if blocks.keys else ""
+            raise ValueError(f"target_grad{where} contains NaN or inf")
+    for k in range(len(blocks.target)):
+        if blocks.sources is not None:
+            bad = ~torch.isfinite(blocks.sources[k]).flatten(0, -3).all(-1).all(0) if blocks.sources[k].ndim > 2 \
+                else ~torch.isfinite(blocks.sources[k]).all(-1)
+            idx = [int(i) for i in torch.nonzero(bad).flatten()]
+            if idx:
+                raise ValueError(f"source_grads[{idx[0]}] contains NaN or inf")
+        else:
+            for i, s in enumerate(blocks.per_source[k]):  # type: ignore[index]
+                if not bool(torch.isfinite(s).all()):
+                    raise ValueError(f"source_grads[{i}][{blocks.keys[k]!r}] contains NaN or inf")  # type: ignore[index]
+    raise ValueError(
+        "the aggregated gradient is not finite although every input is: values too large for "
+        f"{blocks.target[0].dtype} (squared norms overflow); rescale the gradients"
+    )
+
+
+def _finish(blocks: _Blocks, outs: list[Tensor], checks: Tensor | None = None) -> Tensor | dict[str, Tensor]:
+    """Check finiteness cheaply (on the outputs / small reductions) and restore the input's form."""
+    ok = all(bool(torch.isfinite(o).all()) for o in outs)
+    if checks is not None:
+        ok = ok and bool(torch.isfinite(checks).all())
+    if not ok:
+        _raise_non_finite(blocks)
+    if blocks.kind == "dict":
+        return {k: o.reshape(s) for k, o, s in zip(blocks.keys, outs, blocks.shapes)}  # type: ignore[arg-type]
+    if blocks.kind == "sequence":
+        return outs[0].reshape(blocks.target_shape)  # type: ignore[arg-type]
+    return outs[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Core arithmetic on blocks. For one block with sources S (*batch, N, m) and target t (*batch, m):
+#   ĝ = (1 − Σ_i w_i β_i) t + Σ_i c_i s_i                       (spec theory.md § Rules)
+# where the per-source coefficient c_i depends on the rule. Each rule computes c (*batch, N) per block,
+# then one fused multiply-add per block forms ĝ, so the sources are read a small constant number of
+# times and never copied (dict input) — see benchmarks/aggregation.py.
+# ---------------------------------------------------------------------------------------------
+def _dots_and_norms(blocks: _Blocks, k: int) -> tuple[Tensor, Tensor]:
+    """⟨t, s_i⟩ and ‖s_i‖² for block k, each of shape (*batch, N)."""
+    t = blocks.target[k]
+    if blocks.sources is not None:
+        s = blocks.sources[k]
+        dots = torch.matmul(s, t.unsqueeze(-1)).squeeze(-1)
+        norms2 = torch.linalg.vector_norm(s, dim=-1).square()
+        return dots, norms2
+    srcs = blocks.per_source[k]  # type: ignore[index]
+    dots = torch.stack([torch.dot(s, t) for s in srcs])
+    norms2 = torch.stack([torch.dot(s, s) for s in srcs])
+    return dots, norms2
+
+
+def _combine(blocks: _Blocks, k: int, target_coef: Tensor, coef: Tensor, coef_list: list[float] | None = None) -> Tensor:
+    """target_coef·t + Σ_i coef_i·s_i for block k (target_coef (*batch,), coef (*batch, N))."""
+    t = blocks.target[k]
+    if blocks.sources is not None:
+        s = blocks.sources[k]
+        mixed = torch.matmul(coef.unsqueeze(-2).to(s.dtype), s).squeeze(-2)
+        return mixed.add_(t * target_coef.unsqueeze(-1))
+    # dict input: axpy per source, no stacking copy. coef_list holds the same numbers as Python floats
+    # (one device sync per call, made by the caller for all blocks at once).
+    out = t * float(target_coef)
+    for c, s in zip(coef_list, blocks.per_source[k]):  # type: ignore[arg-type]
+        if c != 0.0:
+            out.add_(s, alpha=c)
+    return out
+
+
+def _aggregate(blocks: _Blocks, target_coef: Tensor, coefs: list[Tensor], checks: Tensor | None = None):
+    if blocks.kind == "dict":
+        # one host transfer for every coefficient of every block
+        all_coefs = torch.stack(coefs).tolist()  # (L, N)
+        tc = float(target_coef)
+        outs = [_combine(blocks, k, torch.tensor(tc), coefs[k], all_coefs[k]) for k in range(len(coefs))]
+    else:
+        outs = [_combine(blocks, k, target_coef, coefs[k]) for k in range(len(coefs))]
+    return _finish(blocks, outs, checks)
+
+
+# ---------------------------------------------------------------------------------------------
+# Public rules
+# ---------------------------------------------------------------------------------------------
+def target_only(target_grad: TargetGrad) -> TargetGrad:
+    """Target only: ĝ = g_T (spec theory.md § Rules; Δ² = σ²).
+
+    Returns ``target_grad`` unchanged after checking it is finite (a tensor of any shape or a dict).
+    """
+    if isinstance(target_grad, Mapping):
+        for k, v in target_grad.items():
+            if not bool(torch.isfinite(_as_float_tensor(v, f"target_grad[{k!r}]")).all()):
+                raise ValueError(f"target_grad[{k!r}] contains NaN or inf")
+        return target_grad
+    t = _as_float_tensor(target_grad, "target_grad")
+    if not bool(torch.isfinite(t).all()):
+        raise ValueError("target_grad contains NaN or inf")
+    return target_grad
+
+
+def source_only(source_grads: SourceGrads, weights: BetaLike | None = None) -> TargetGrad:
+    """Source only (FedAvg of the sources): ĝ = Σ_i w_i g_i (spec theory.md § Rules; Δ² = d²).
+
+    Args:
+        source_grads: (N, m) tensor, N tensors of one shape, or N parameter dicts.
+        weights: (N,) non-negative per-source weights, default uniform; normalised to sum 1.
+    Returns:
+        (m,) tensor (the sources' shape for a sequence, a dict for dict input).
+    """
+    blocks = _normalise(source_grads, None)
+    w = _check_weights(weights, blocks)
+    zero = torch.zeros(blocks.batch_shape, dtype=w.dtype, device=w.device)
+    coef = w.expand(blocks.batch_shape + (blocks.n_sources,))
+    return _aggregate(blocks, zero, [coef] * len(blocks.target))
+
+
+def fedda(source_grads: SourceGrads, target_grad: TargetGrad, beta: BetaLike, weights: BetaLike | None = None) -> TargetGrad:
+    """FedDA: ĝ = Σ_i w_i [(1 − β_i) g_T + β_i g_i] (spec theory.md § Rules; FedGP paper Eq. for FedDA).
+
+    With one β this is (1 − β) g_T + β Σ_i w_i g_i. β weights the SOURCE part: β = 0 → g_T,
+    β = 1 → the weighted source mean.
+
+    Args:
+        source_grads: (N, m) tensor, N tensors of one shape, or N parameter dicts.
+        target_grad: (m,) tensor (or the matching shape / dict).
+        beta: float in [0, 1] or (N,) per-source values.
+        weights: (N,) non-negative per-source weights, default uniform; normalised to sum 1.
+    """
+    blocks = _normalise(source_grads, target_grad)
+    b = _check_beta(beta, blocks)
+    w = _check_weights(weights, blocks)
+    wb = (w * b).expand(blocks.batch_shape + (blocks.n_sources,))
+    target_coef = 1.0 - wb.sum(-1)
+    return _aggregate(blocks, target_coef, [wb] * len(blocks.target))
+
+
+def _projection_coefs(blocks: _Blocks, wb: Tensor, mode: str, scale: Tensor | None) -> tuple[list[Tensor], Tensor]:
+    coefs, checks = [], []
+    for k in range(len(blocks.target)):
+        dots, norms2 = _dots_and_norms(blocks, k)
+        checks.append(dots)
+        checks.append(norms2)
+        if mode == "exact":
+            # Proj₊(g_T | g_i) = max(⟨g_T, g_i⟩, 0) g_i / ‖g_i‖²; a zero source contributes 0 (spec § Rules).
+            safe = torch.where(norms2 > 0, norms2, torch.ones_like(norms2))
+            factor = torch.where(norms2 > 0, dots.clamp_min(0) / safe, torch.zeros_like(dots))
+        else:
+            # Papers' implementation (FedGP paper App. B.2, Eq. B.2; healthcare paper Eq. 4-6): per-layer
+            # cosine with threshold 0, times a magnitude-alignment factor a_i instead of ‖g_T‖/‖g_i‖.
+            tnorm = torch.linalg.vector_norm(blocks.target[k], dim=-1, keepdim=True)
+            denom = norms2.sqrt() * tnorm
+            safe = torch.where(denom > 0, denom, torch.ones_like(denom))
+            factor = torch.where(denom > 0, dots.clamp_min(0) / safe, torch.zeros_like(dots))
+            if scale is not None:
+                factor = factor * scale
+        coefs.append(wb * factor)
+    return coefs, torch.stack([c.reshape(-1) for c in checks])
+
+
+def fedgp(
+    source_grads: SourceGrads,
+    target_grad: TargetGrad,
+    beta: BetaLike,
+    weights: BetaLike | None = None,
+) -> TargetGrad:
+    """FedGP (gradient projection): ĝ = Σ_i w_i [(1 − β_i) g_T + β_i Proj₊(g_T | g_i)].
+
+    Proj₊(g_T | g_i) = max(⟨g_T, g_i⟩, 0) g_i / ‖g_i‖² is the exact positive projection of the target
+    gradient on the source direction (spec theory.md § Rules; FedGP paper Eq. in § 4 and App. A.3).
+    A zero source vector contributes nothing (its projection is defined as 0, no NaN). For dict input
+    the projection is applied per tensor (layer-wise), the flat form is what the theory analyses.
+    β weights the SOURCE (projected) part: β = 0 → g_T.
+
+    Args:
+        source_grads: (N, m) tensor ((*batch, N, m) batched), N tensors of one shape, or N dicts.
+        target_grad: (m,) tensor ((*batch, m)), the matching shape, or dict.
+        beta: float in [0, 1] or (N,) per-source values.
+        weights: (N,) non-negative per-source weights, default uniform; normalised to sum 1.
+    """
+    blocks = _normalise(source_grads, target_grad)
+    b = _check_beta(beta, blocks)
+    w = _check_weights(weights, blocks)
+    wb = (w * b).expand(blocks.batch_shape + (blocks.n_sources,))
+    coefs, checks = _projection_coefs(blocks, wb, "exact", None)
+    return _aggregate(blocks, 1.0 - wb.sum(-1), coefs, checks)
+
+
+def magnitude_alignment(
+    lr_target: float,
+    lr_source: float,
+    n_target: int,
+    batch_size_target: int,
+    n_sources: Sequence[int] | int,
+    batch_size_source: int,
+    local_epochs_source: int = 1,
+) -> list[float]:
+    """Magnitude-alignment factors a_i of the papers' implementation (FedGP paper App. B.2, Eq. B.2).
+
+    a_i = (lr_T / lr_S) · (n_T / bs_T) / (n_i / bs_S) · (1 / r_S): rescales a source model update
+    (lr_S, n_i/bs_S steps per epoch, r_S local epochs) to the magnitude of the target's update.
+    Returns one factor per source.
+    """
+    ns = [n_sources] if isinstance(n_sources, int) else list(n_sources)
+    for name, v in [("lr_target", lr_target), ("lr_source", lr_source), ("n_target", n_target),
+                    ("batch_size_target", batch_size_target), ("batch_size_source", batch_size_source),
+                    ("local_epochs_source", local_epochs_source)] + [(f"n_sources[{i}]", v) for i, v in enumerate(ns)]:
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+            raise ValueError(f"{name} must be a positive finite number, got {v!r}")
+    return [
+        (lr_target / lr_source) * (n_target / batch_size_target) / (n_i / batch_size_source) / local_epochs_source
+        for n_i in ns
+    ]
+
+
+def fedgp_cosine(
+    source_updates: SourceGrads,
+    target_update: TargetGrad,
+    beta: BetaLike,
+    weights: BetaLike | None = None,
+    alignment: BetaLike | None = None,
+) -> TargetGrad:
+    """The papers' implementation of FedGP on model updates: cosine filter with magnitude alignment.
+
+    ĝ = Σ_i w_i [(1 − β_i) G_T + β_i a_i max(cos(G_T, G_i), 0) G_i], per tensor for dict input
+    (FedGP paper App. B.2 Eq. B.2; auto-weighted paper App. C; healthcare paper Eq. 4-6). It differs
+    from :func:`fedgp` by using the cosine times the alignment factor a_i (see
+    :func:`magnitude_alignment`) in place of the exact projection length ⟨G_T, G_i⟩/‖G_i‖². Note: the
+    papers' appendix writes h_T += (1 − β) P_GP + β G_T (β on the target); this library keeps β on the
+    source part everywhere, so their β corresponds to 1 − β here.
+
+    Args:
+        source_updates: (N, m) tensor, N tensors, or N parameter dicts of model updates Δθ.
+        target_update: the target's update in the matching form.
+        beta: float in [0, 1] or (N,) per-source values (weights the source part).
+        weights: (N,) per-source weights (the papers use n_i / Σ n_i), default uniform.
+        alignment: (N,) magnitude factors a_i ≥ 0, default 1.
+    """
+    blocks = _normalise(source_updates, target_update)
+    b = _check_beta(beta, blocks)
+    w = _check_weights(weights, blocks)
+    a = _per_source(alignment, blocks, "alignment", default=1.0)
+    if bool((a < 0).any()):
+        raise ValueError(f"alignment must be non-negative, got {alignment!r}")
+    wb = (w * b).expand(blocks.batch_shape + (blocks.n_sources,))
+    coefs, checks = _projection_coefs(blocks, wb, "cosine", a)
+    return _aggregate(blocks, 1.0 - wb.sum(-1), coefs, checks)
+
+
+# ---------------------------------------------------------------------------------------------
+# Auto-weighted rules (auto-weighted FDA paper § 4.2; spec theory.md § Optimal weights)
+# ---------------------------------------------------------------------------------------------
+def _flatten_form(x: Tensor | GradDict, keys: list[str] | None) -> Tensor:
+    if isinstance(x, Mapping):
+        return torch.cat([x[k].reshape(-1) for k in keys])  # type: ignore[union-attr]
+    return x.reshape(-1)
+
+
+def _parts_and_mean(source_grads: SourceGrads, target_part_grads: Any) -> tuple[Tensor, Tensor, TargetGrad]:
+    """Flat (B, m) parts, flat sources (N, m) for the estimators, and the target gradient (mean of parts)."""
+    if isinstance(target_part_grads, Tensor):
+        parts = _as_float_tensor(target_part_grads, "target_part_grads")
+        if parts.ndim < 2:
+            raise ValueError(f"target_part_grads must have shape (B, m), got {tuple(parts.shape)}")
+        target = parts.mean(dim=-2)
+    else:
+        if isinstance(target_part_grads, (str, bytes)) or not isinstance(target_part_grads, Sequence):
+            raise ValueError("target_part_grads must be a (B, m) tensor or a sequence of B tensors or dicts")
+        if len(target_part_grads) < 2:
+            raise ValueError(f"target_part_grads needs B >= 2 parts, got {len(target_part_grads)}")
+        if all(isinstance(p, Mapping) for p in target_part_grads):
+            keys = list(target_part_grads[0].keys())
+            target = {k: torch.stack([p[k] for p in target_part_grads]).mean(0) for k in keys}
+            parts = torch.stack([_flatten_form(p, keys) for p in target_part_grads])
+        else:
+            parts = torch.stack([_as_float_tensor(p, f"target_part_grads[{j}]").reshape(-1) for j, p in enumerate(target_part_grads)])
+            target = torch.stack(list(target_part_grads)).mean(0)
+    try:
+        blocks = _normalise(source_grads, target)
+    except ValueError as exc:
+        if "target_grad" not in str(exc):
+            raise
+        raise ValueError(
+            f"target_part_grads do not match source_grads (the mean of the parts is the target gradient): {exc}"
+        ) from None
+    if blocks.kind == "dict":
+        flat_sources = torch.stack([
+            torch.cat([blocks.per_source[k][i] for k in range(len(blocks.keys))])  # type: ignore[index]
+            for i in range(blocks.n_sources)
+        ])
+    else:
+        flat_sources = blocks.sources[0]  # type: ignore[index]
+    return parts, flat_sources, target
+
+
+def _auto(rule: str, source_grads, target_part_grads, weights, return_beta: bool, fallback: float):
+    from .estimators import auto_beta  # local import: estimators does not depend on aggregation
+
+    parts, flat_sources, target = _parts_and_mean(source_grads, target_part_grads)
+    if parts.shape[-1] != flat_sources.shape[-1]:
+        raise ValueError(
+            f"target_part_grads have {parts.shape[-1]} parameters per part but the sources have {flat_sources.shape[-1]}"
+        )
+    beta = auto_beta(parts, flat_sources, rule=rule, fallback=fallback)
+    fn = fedgp if rule == "fedgp" else fedda
+    out = fn(source_grads, target, beta, weights)
+    return (out, beta) if return_beta else out
+
+
+def fedda_auto(
+    source_grads: SourceGrads,
+    target_part_grads: Tensor | Sequence[Tensor] | Sequence[GradDict],
+    weights: BetaLike | None = None,
+    *,
+    return_beta: bool = False,
+    fallback: float = 0.5,
+):
+    """Auto-weighted FedDA: FedDA with β_i = σ̂² / (σ̂² + d̂_i²) per source (spec § Optimal weights).
+
+    ``target_part_grads``: gradients on B ≥ 2 disjoint equal parts of the target data, a (B, m) tensor
+    (or B tensors / B dicts matching the sources' form). The target gradient is their mean. The
+    estimates come from :func:`fda_core.estimators.auto_beta` on the flattened gradients (clamped; 0/0
+    gives ``fallback``). With ``return_beta=True`` returns ``(ĝ, beta)`` with beta of shape (N,).
+    """
+    return _auto("fedda", source_grads, target_part_grads, weights, return_beta, fallback)
+
+
+def fedgp_auto(
+    source_grads: SourceGrads,
+    target_part_grads: Tensor | Sequence[Tensor] | Sequence[GradDict],
+    weights: BetaLike | None = None,
+    *,
+    return_beta: bool = False,
+    fallback: float = 0.5,
+):
+    """Auto-weighted FedGP: FedGP with β_i = σ̂² / (σ̂² + (τ²d²)^_i) per source (spec § Optimal weights).
+
+    Same arguments as :func:`fedda_auto`.
+    """
+    return _auto("fedgp", source_grads, target_part_grads, weights, return_beta, fallback)
+
+
+# ---------------------------------------------------------------------------------------------
+# Registry (DomainBed style: a notebook or papermill parameter names a rule, e.g. rule="fedgp_auto")
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Rule:
+    """A registered aggregation rule.
+
+    ``fn`` is the plain function; calling the rule calls it. :meth:`apply` is a uniform entry point for
+    generic code (Monte-Carlo helpers, the federated loop) that passes everything it has.
+    """
+
+    name: str
+    fn: Callable[..., Any]
+    uses_beta: bool
+    uses_target_parts: bool
+    description: str
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def apply(
+        self,
+        source_grads: SourceGrads,
+        target_grad: TargetGrad | None = None,
+        *,
+        beta: BetaLike | None = None,
+        weights: BetaLike | None = None,
+        target_part_grads: Any = None,
+        **options: Any,
+    ) -> Any:
+        """Call the rule with the arguments it needs and ignore the rest.
+
+        Auto rules need ``target_part_grads``; β-rules need ``beta``; target only needs ``target_grad``.
+        """
+        if self.uses_target_parts:
+            if target_part_grads is None:
+                raise ValueError(f"rule {self.name!r} needs target_part_grads (B >= 2 part gradients)")
+            return self.fn(source_grads, target_part_grads, weights, **options)
+        if self.name == "target_only" or self.fn is target_only:
+            if target_grad is None:
+                raise ValueError("rule 'target_only' needs target_grad")
+            return self.fn(target_grad)
+        if self.uses_beta:
+            if beta is None:
+                raise ValueError(f"rule {self.name!r} needs beta in [0, 1]")
+            if target_grad is None:
+                raise ValueError(f"rule {self.name!r} needs target_grad")
+            return self.fn(source_grads, target_grad, beta, weights, **options)
+        return self.fn(source_grads, weights, **options)
+
+
+RULES: dict[str, Rule] = {}
+
+
+def register_rule(name: str, fn: Callable[..., Any], *, uses_beta: bool, uses_target_parts: bool = False,
+                  description: str = "") -> Rule:
+    """Register ``fn`` under ``name`` (lower-case identifier); returns the :class:`Rule`."""
+    if not name.isidentifier() or name != name.lower():
+        raise ValueError(f"rule name must be a lower-case identifier, got {name!r}")
+    rule = Rule(name, fn, uses_beta, uses_target_parts, description or (fn.__doc__ or "").strip().splitlines()[0])
+    RULES[name] = rule
+    return rule
+
+
+register_rule("source_only", source_only, uses_beta=False)
+register_rule("target_only", target_only, uses_beta=False)
+register_rule("fedda", fedda, uses_beta=True)
+register_rule("fedgp", fedgp, uses_beta=True)
+register_rule("fedgp_cosine", fedgp_cosine, uses_beta=True)
+register_rule("fedda_auto", fedda_auto, uses_beta=False, uses_target_parts=True)
+register_rule("fedgp_auto", fedgp_auto, uses_beta=False, uses_target_parts=True)
+
+
+def get_rule(name: str) -> Rule:
+    """The registered rule called ``name`` (see :func:`list_rules`)."""
+    if not isinstance(name, str) or name not in RULES:
+        raise ValueError(f"unknown rule {name!r}; rule must be one of {sorted(RULES)}")
+    return RULES[name]
+
+
+def list_rules() -> list[str]:
+    """Names of the registered rules."""
+    return sorted(RULES)

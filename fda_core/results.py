@@ -1,0 +1,94 @@
+"""Result files: atomic writes (temp file + rename) and run metadata (seed, config, versions).
+
+Spec ``architecture.md`` § Conventions: nothing already written is lost when a run is interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["atomic_write", "atomic_write_text", "atomic_write_json", "write_table", "run_metadata", "project_root", "resolve_output"]
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[str], Any]) -> Path:
+    """Call ``write(tmp_path)`` then atomically rename the temp file to ``path``.
+
+    The temp file lives in the destination folder (same file system, so ``os.replace`` is atomic);
+    on any error it is removed and ``path`` keeps its previous content.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix + ".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    return atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
+    """Write ``obj`` as indented JSON to ``path`` atomically."""
+    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def write_table(path: str | os.PathLike, table: Any, note: str | None = None) -> Path:
+    """Write a pandas DataFrame as CSV atomically; ``note`` (the setting, how it differs from the
+    paper's) becomes leading ``# `` comment lines (read back with ``pd.read_csv(path, comment="#")``)."""
+    header = "".join(f"# {line}\n" for line in (note or "").splitlines())
+    return atomic_write_text(path, header + table.to_csv(index=False))
+
+
+def run_metadata(**config: Any) -> dict[str, Any]:
+    """The config plus versions of the packages behind a result (recorded next to every result)."""
+    import numpy
+    import torch
+
+    from . import __version__
+
+    return {
+        "config": config,
+        "versions": {
+            "fda_core": __version__,
+            "torch": torch.__version__,
+            "numpy": numpy.__version__,
+            "python": platform.python_version(),
+        },
+    }
+
+
+def project_root(start: str | os.PathLike | None = None) -> Path:
+    """The workbook's root: the first folder, from ``start`` (default cwd) upwards, holding both
+    ``fda_core/`` and ``notebooks/``; else the folder above the installed package; else cwd."""
+    here = Path(start or os.getcwd()).resolve()
+    for p in (here, *here.parents):
+        if (p / "fda_core").is_dir() and (p / "notebooks").is_dir():
+            return p
+    pkg_parent = Path(__file__).resolve().parent.parent
+    if (pkg_parent / "notebooks").is_dir():
+        return pkg_parent
+    return here
+
+
+def resolve_output(path: str | os.PathLike) -> Path:
+    """An output folder: absolute paths as given, relative ones under :func:`project_root`.
+
+    So a notebook's ``figures_dir="figures/01_delta_errors"`` lands in the repo's ``figures/`` whether
+    it runs from ``notebooks/`` (Jupyter, nbmake) or from the root (``fda run``).
+    """
+    p = Path(path)
+    return p if p.is_absolute() else project_root() / p

@@ -1,0 +1,381 @@
+"""Aggregation rules: hand-computed cases, invariants (hypothesis), forms, registry and bad input."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+import numpy as np
+
+from fda_core.aggregation import (
+    fedda,
+    fedda_auto,
+    fedgp,
+    fedgp_auto,
+    fedgp_cosine,
+    get_rule,
+    list_rules,
+    magnitude_alignment,
+    source_only,
+    target_only,
+)
+
+T = lambda *x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
+
+
+# ------------------------------------------------------------------ hand-computed cases
+def test_source_only_hand():
+    s = torch.stack([T(1, 0), T(0, 2)])
+    assert torch.allclose(source_only(s), T(0.5, 1.0))
+    assert torch.allclose(source_only(s, weights=[3, 1]), T(0.75, 0.5))
+
+
+def test_target_only_returns_target():
+    t = T(1, -2, 3)
+    assert target_only(t) is t
+
+
+def test_fedda_hand():
+    # (1-β) g_T + β mean(g_S): 0.75*(4,0) + 0.25*(0.5,1) = (3.125, 0.25)
+    s = torch.stack([T(1, 0), T(0, 2)])
+    t = T(4, 0)
+    assert torch.allclose(fedda(s, t, 0.25), T(3.125, 0.25))
+
+
+def test_fedda_per_source_beta_hand():
+    # Σ w_i[(1-β_i) t + β_i s_i] with w = (1/2, 1/2), β = (0, 1): 0.5 t + 0.5 s_2
+    s = torch.stack([T(1, 0), T(0, 2)])
+    t = T(4, 0)
+    assert torch.allclose(fedda(s, t, [0.0, 1.0]), T(2.0, 1.0))
+
+
+def test_fedgp_hand():
+    # one source along e1, target (3, 4): Proj₊ = (3, 0); β = 0.5 → 0.5(3,4) + 0.5(3,0) = (3, 2)
+    s = T(2, 0).unsqueeze(0)
+    t = T(3, 4)
+    assert torch.allclose(fedgp(s, t, 0.5), T(3.0, 2.0))
+    # source pointing away: filtered out, (1-β) g_T remains
+    assert torch.allclose(fedgp(-s, t, 0.5), T(1.5, 2.0))
+
+
+def test_fedgp_two_sources_hand():
+    # sources e1 and e2 (scaled), target (3, 4), β = 1, w uniform: 0.5(3,0) + 0.5(0,4) = (1.5, 2)
+    s = torch.stack([T(5, 0), T(0, -0.1)])
+    t = T(3, 4)
+    # second source points to -e2: <t, s2> < 0, filtered → 0.5 (3, 0) + 0 = (1.5, 0)
+    assert torch.allclose(fedgp(s, t, 1.0), T(1.5, 0.0))
+    s[1] = T(0, 0.1)
+    assert torch.allclose(fedgp(s, t, 1.0), T(1.5, 2.0))
+
+
+def test_fedgp_zero_source_contributes_nothing():
+    s = torch.stack([T(0, 0), T(1, 0)])
+    t = T(3, 4)
+    out = fedgp(s, t, 1.0)
+    assert torch.isfinite(out).all()
+    assert torch.allclose(out, T(1.5, 0.0))  # 0.5·0 + 0.5·(3, 0)
+
+
+def test_fedgp_cosine_hand():
+    # cos((3,4),(2,0)) = 0.6; term = β a cos g_S = 0.5·2·0.6·(2,0) = (1.2, 0); plus 0.5·(3,4)
+    s = T(2, 0).unsqueeze(0)
+    t = T(3, 4)
+    assert torch.allclose(fedgp_cosine(s, t, 0.5, alignment=[2.0]), T(2.7, 2.0))
+    assert torch.allclose(fedgp_cosine(-s, t, 0.5, alignment=[2.0]), T(1.5, 2.0))
+
+
+def test_fedgp_cosine_equals_projection_with_norm_ratio_alignment():
+    g = torch.Generator().manual_seed(0)
+    s = torch.randn(3, 7, generator=g, dtype=torch.float64)
+    t = torch.randn(7, generator=g, dtype=torch.float64)
+    a = torch.linalg.vector_norm(t) / torch.linalg.vector_norm(s, dim=1)
+    assert torch.allclose(fedgp_cosine(s, t, 0.7, alignment=a), fedgp(s, t, 0.7))
+
+
+def test_magnitude_alignment_formula():
+    # a = (lr_T/lr_S)(n_T/bs_T)/(n_i/bs_S)/r_S
+    a = magnitude_alignment(0.05, 0.01, 100, 16, [6400, 3200], 64, local_epochs_source=2)
+    assert a == pytest.approx([5 * (100 / 16) / 100 / 2, 5 * (100 / 16) / 50 / 2])
+    with pytest.raises(ValueError, match="lr_source"):
+        magnitude_alignment(0.05, 0.0, 100, 16, 10, 64)
+
+
+# ------------------------------------------------------------------ invariants (hypothesis)
+def vec_strategy(n, m):
+    return arrays(np.float64, (n, m), elements=st.floats(-10, 10, allow_nan=False, allow_infinity=False))
+
+
+@st.composite
+def problem(draw):
+    n = draw(st.integers(1, 5))
+    m = draw(st.integers(1, 8))
+    s = torch.from_numpy(draw(vec_strategy(n, m)))
+    t = torch.from_numpy(draw(vec_strategy(1, m))[0])
+    w = torch.from_numpy(draw(arrays(np.float64, (n,), elements=st.floats(0.1, 5))))
+    return s, t, w
+
+
+@settings(max_examples=60, deadline=None)
+@given(problem())
+def test_beta_zero_gives_target(p):
+    s, t, w = p
+    for rule in (fedda, fedgp, fedgp_cosine):
+        assert torch.allclose(rule(s, t, 0.0, w), t)
+
+
+@settings(max_examples=60, deadline=None)
+@given(problem())
+def test_fedda_beta_one_is_weighted_source_mean(p):
+    s, t, w = p
+    expected = (w / w.sum()) @ s
+    assert torch.allclose(fedda(s, t, 1.0, w), expected)
+    assert torch.allclose(source_only(s, w), expected)
+
+
+@settings(max_examples=60, deadline=None)
+@given(problem(), st.floats(0, 1))
+def test_fedgp_all_sources_opposed(p, beta):
+    s, t, w = p
+    # make every source point against the target: ⟨t, s_i⟩ ≤ 0
+    opposed = -torch.sign(s @ t).clamp_min(0).unsqueeze(1) * 2 + 1  # flips sources with positive dot
+    s = s * opposed
+    assert bool((s @ t <= 0).all())
+    assert torch.allclose(fedgp(s, t, beta, w), (1 - beta) * t)
+
+
+@settings(max_examples=60, deadline=None)
+@given(problem(), st.floats(0, 1), st.floats(0.1, 10))
+def test_fedgp_parallel_source_gives_target(p, beta, scale):
+    _, t, _ = p
+    s = (scale * t).unsqueeze(0).repeat(3, 1)
+    assert torch.allclose(fedgp(s, t, beta), t, atol=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(problem(), st.floats(0, 1))
+def test_fedgp_matches_definition(p, beta):
+    s, t, w = p
+    wn = w / w.sum()
+    expected = torch.zeros_like(t)
+    for i in range(s.shape[0]):
+        n2 = float(s[i] @ s[i])
+        proj = max(float(t @ s[i]), 0.0) / n2 * s[i] if n2 > 0 else torch.zeros_like(t)
+        expected += wn[i] * ((1 - beta) * t + beta * proj)
+    assert torch.allclose(fedgp(s, t, beta, w), expected, atol=1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(problem(), st.floats(0, 1))
+def test_flat_and_per_tensor_agree_with_one_layer(p, beta):
+    s, t, w = p
+    dicts = [{"layer": s[i]} for i in range(s.shape[0])]
+    for rule in (fedda, fedgp, fedgp_cosine):
+        flat = rule(s, t, beta, w)
+        per = rule(dicts, {"layer": t}, beta, w)
+        assert torch.allclose(per["layer"], flat)
+    assert torch.allclose(source_only(dicts, w)["layer"], source_only(s, w))
+
+
+def test_sequence_form_keeps_shape_and_agrees():
+    g = torch.Generator().manual_seed(1)
+    s = torch.randn(3, 4, 5, generator=g)
+    t = torch.randn(4, 5, generator=g)
+    out = fedgp(list(s), t, 0.3)
+    assert out.shape == (4, 5)
+    assert torch.allclose(out.reshape(-1), fedgp(s.reshape(3, -1), t.reshape(-1), 0.3))
+
+
+def test_per_tensor_projects_each_tensor_separately():
+    # layer a: source aligned with target, layer b: opposed → b gets only (1-β) t_b
+    src = [{"a": T(1, 0), "b": T(-1, 0)}]
+    tgt = {"a": T(2, 1), "b": T(2, 1)}
+    out = fedgp(src, tgt, 1.0)
+    assert torch.allclose(out["a"], T(2, 0))
+    assert torch.allclose(out["b"], T(0, 0))
+    # whereas the flat projection uses the whole vector: <(2,1,2,1), (1,0,-1,0)> = 0 → filtered
+    flat = fedgp(torch.cat([src[0]["a"], src[0]["b"]]).unsqueeze(0), torch.cat([tgt["a"], tgt["b"]]), 1.0)
+    assert torch.allclose(flat, torch.zeros(4, dtype=torch.float64))
+
+
+def test_batched_form_matches_loop():
+    g = torch.Generator().manual_seed(2)
+    s = torch.randn(6, 3, 4, generator=g)
+    t = torch.randn(6, 4, generator=g)
+    beta = torch.rand(6, 3, generator=g)
+    out = fedgp(s, t, beta)
+    for k in range(6):
+        assert torch.allclose(out[k], fedgp(s[k], t[k], beta[k]), atol=1e-6)
+
+
+def test_result_does_not_alias_or_modify_inputs():
+    s = torch.randn(3, 5)
+    t = torch.randn(5)
+    s0, t0 = s.clone(), t.clone()
+    d = [{"w": s[i].clone()} for i in range(3)]
+    for rule in (fedda, fedgp):
+        rule(s, t, 0.5)
+        rule(d, {"w": t}, 0.5)
+    assert torch.equal(s, s0) and torch.equal(t, t0)
+    assert all(torch.equal(d[i]["w"], s0[i]) for i in range(3))
+
+
+# ------------------------------------------------------------------ auto rules
+def test_auto_rules_use_estimated_beta():
+    from fda_core.estimators import auto_beta
+
+    g = torch.Generator().manual_seed(3)
+    s = torch.randn(2, 6, generator=g, dtype=torch.float64)
+    parts = torch.randn(4, 6, generator=g, dtype=torch.float64) + 1.0
+    for name, rule, base in (("fedgp", fedgp_auto, fedgp), ("fedda", fedda_auto, fedda)):
+        out, beta = rule(s, parts, return_beta=True)
+        assert torch.allclose(beta, auto_beta(parts, s, rule=name))
+        assert torch.allclose(out, base(s, parts.mean(0), beta))
+
+
+def test_auto_rules_dict_form():
+    g = torch.Generator().manual_seed(4)
+    s = torch.randn(2, 6, generator=g, dtype=torch.float64)
+    parts = torch.randn(3, 6, generator=g, dtype=torch.float64)
+    split = lambda v: {"a": v[:2], "b": v[2:]}  # noqa: E731
+    flat, beta_flat = fedgp_auto(s, parts, return_beta=True)
+    per, beta_per = fedgp_auto([split(x) for x in s], [split(p) for p in parts], return_beta=True)
+    assert torch.allclose(beta_flat, beta_per)
+    expected = fedgp([split(x) for x in s], split(parts.mean(0)), beta_flat)
+    assert all(torch.allclose(per[k], expected[k]) for k in ("a", "b"))
+
+
+# ------------------------------------------------------------------ registry
+def test_registry_names():
+    for name in ("source_only", "target_only", "fedda", "fedgp", "fedda_auto", "fedgp_auto", "fedgp_cosine"):
+        assert name in list_rules()
+        assert get_rule(name).name == name
+    with pytest.raises(ValueError, match="unknown rule 'fedxx'.*fedgp"):
+        get_rule("fedxx")
+
+
+def test_rule_apply_dispatch():
+    s = torch.randn(2, 3)
+    t = torch.randn(3)
+    parts = torch.randn(2, 3)
+    assert torch.allclose(get_rule("fedgp").apply(s, t, beta=0.5), fedgp(s, t, 0.5))
+    assert torch.equal(get_rule("target_only").apply(s, t, beta=0.5), t)
+    assert torch.allclose(get_rule("source_only").apply(s, t), source_only(s))
+    assert torch.allclose(get_rule("fedgp_auto").apply(s, target_part_grads=parts), fedgp_auto(s, parts))
+    with pytest.raises(ValueError, match="beta"):
+        get_rule("fedda").apply(s, t)
+    with pytest.raises(ValueError, match="target_part_grads"):
+        get_rule("fedda_auto").apply(s, t)
+
+
+# ------------------------------------------------------------------ bad input
+S = torch.randn(3, 4)
+TG = torch.randn(4)
+
+
+@pytest.mark.parametrize("beta", [-0.1, 1.5, [0.5, 0.5, 2.0], float("nan")])
+def test_bad_beta(beta):
+    for rule in (fedda, fedgp, fedgp_cosine):
+        with pytest.raises(ValueError, match="beta"):
+            rule(S, TG, beta)
+
+
+def test_beta_wrong_length():
+    with pytest.raises(ValueError, match="beta has 2 entries but there are 3 sources"):
+        fedgp(S, TG, [0.1, 0.2])
+
+
+@pytest.mark.parametrize("weights,msg", [([1, -1, 1], "non-negative"), ([0, 0, 0], "positive sum"),
+                                         ([1, 1], "weights has 2 entries"), ([1, float("inf"), 1], "finite")])
+def test_bad_weights(weights, msg):
+    with pytest.raises(ValueError, match=msg):
+        fedgp(S, TG, 0.5, weights)
+    with pytest.raises(ValueError, match=msg):
+        source_only(S, weights)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_inputs_named(bad):
+    s = S.clone()
+    s[1, 2] = bad
+    for rule in (fedda, fedgp):
+        with pytest.raises(ValueError, match=r"source_grads\[1\] contains NaN or inf"):
+            rule(s, TG, 0.5)
+    t = TG.clone()
+    t[0] = bad
+    for rule in (fedda, fedgp):
+        with pytest.raises(ValueError, match="target_grad contains NaN or inf"):
+            rule(S, t, 0.5)
+    with pytest.raises(ValueError, match="target_grad contains NaN"):
+        target_only(t)
+    with pytest.raises(ValueError, match=r"source_grads\[1\]"):
+        source_only(s)
+    d = [{"a": S[i].clone()} for i in range(3)]
+    d[2]["a"][0] = bad
+    with pytest.raises(ValueError, match=r"source_grads\[2\]\['a'\] contains NaN or inf"):
+        fedgp(d, {"a": TG}, 0.5)
+
+
+def test_nan_source_with_beta_zero_still_caught():
+    s = S.clone()
+    s[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        fedda(s, TG, 0.0)
+
+
+def test_shape_mismatch():
+    with pytest.raises(ValueError, match="target_grad has shape"):
+        fedgp(S, torch.randn(5), 0.5)
+    with pytest.raises(ValueError, match=r"source_grads\[1\] has shape"):
+        fedgp([torch.randn(4), torch.randn(5)], TG, 0.5)
+    with pytest.raises(ValueError, match="shape \\(N, m\\)"):
+        fedgp(torch.randn(4), TG, 0.5)
+
+
+def test_key_mismatch():
+    src = [{"a": torch.randn(2), "b": torch.randn(2)}, {"a": torch.randn(2)}]
+    with pytest.raises(ValueError, match=r"source_grads\[1\] keys differ.*missing \['b'\]"):
+        fedgp(src, {"a": torch.randn(2), "b": torch.randn(2)}, 0.5)
+    src = [{"a": torch.randn(2), "b": torch.randn(2)}]
+    with pytest.raises(ValueError, match=r"target_grad keys differ.*extra \['c'\]"):
+        fedgp(src, {"a": torch.randn(2), "b": torch.randn(2), "c": torch.randn(1)}, 0.5)
+    with pytest.raises(ValueError, match=r"target_grad\['a'\] has shape"):
+        fedgp(src, {"a": torch.randn(3), "b": torch.randn(2)}, 0.5)
+
+
+def test_empty_sources():
+    with pytest.raises(ValueError, match="at least one source"):
+        fedgp([], TG, 0.5)
+    with pytest.raises(ValueError, match="at least one source"):
+        source_only(torch.zeros(0, 4))
+
+
+def test_mixed_forms_rejected():
+    with pytest.raises(ValueError, match="target_grad is a dict"):
+        fedgp(S, {"a": TG}, 0.5)
+    with pytest.raises(ValueError, match="only tensors or only parameter dicts"):
+        fedgp([TG, {"a": TG}], TG, 0.5)
+
+
+def test_overflow_reported():
+    s = torch.full((1, 4), 1e30)
+    with pytest.raises(ValueError, match="overflow"):
+        fedgp(s, torch.ones(4), 0.5)
+
+
+def test_auto_needs_two_parts():
+    with pytest.raises(ValueError, match="B >= 2"):
+        fedgp_auto(S, torch.randn(1, 4))
+    with pytest.raises(ValueError, match="B >= 2"):
+        fedgp_auto(S, [TG])
+    with pytest.raises(ValueError, match="target_part_grads do not match source_grads"):
+        fedgp_auto(S, torch.randn(3, 5))
+
+
+def test_float32_inputs_supported():
+    s = torch.randn(4, 10)
+    t = torch.randn(10)
+    out = fedgp(s, t, 0.5)
+    assert out.dtype == torch.float32
+    assert math.isfinite(float(out.sum()))

@@ -1,0 +1,56 @@
+"""Project set-up: dependency lists in step, README commands, CI, notebooks reviewable."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _name(req: str) -> str:
+    return re.split(r"[<>=!~ \[]", req.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
+def test_environment_yml_matches_pyproject():
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = set(pyproject["dependencies"]) | set(pyproject["optional-dependencies"]["dev"])
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
+    got = {p for p in pip if not p.startswith("-e")}
+    assert got == wanted, f"only in environment.yml: {got - wanted}; only in pyproject: {wanted - got}"
+    assert "-e ." in pip
+    assert "torch==2.13.0" in wanted  # the offline CPU wheel; looser pins pull CUDA builds
+    assert not any(_name(r) == "torchvision" for r in wanted)
+
+
+def test_readme_commands_and_ci():
+    readme = (ROOT / "README.md").read_text()
+    first = readme[: readme.index("\n## ")]
+    assert "make figures" in first and "make test" in first
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "make test" in ci
+
+
+def test_top_level_layout():
+    for name in ("notebooks", "fda_core", "figures", "tests", "environment.yml"):
+        assert (ROOT / name).exists(), name
+
+
+def test_notebooks_have_parameters_and_no_outputs():
+    notebooks = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    assert notebooks
+    for nb_path in notebooks:
+        nb = json.loads(nb_path.read_text())
+        tagged = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
+        assert len(tagged) == 1, f"{nb_path.name}: exactly one cell tagged 'parameters'"
+        for line in "".join(tagged[0]["source"]).splitlines():
+            if line.strip() and not line.lstrip().startswith("#"):
+                assert re.match(r"^\w+: [\w\[\], |]+ = .+  # .+", line), f"{nb_path.name}: '{line}' is not 'name: type = default  # help'"
+        for c in nb["cells"]:
+            if c["cell_type"] == "code":
+                assert not c.get("outputs"), f"{nb_path.name}: outputs must be stripped (keep notebooks reviewable)"
