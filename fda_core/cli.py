@@ -1,0 +1,390 @@
+"""``fda`` — list, run and sweep the workbook's notebooks from the command line.
+
+Usage::
+
+    fda list [NOTEBOOK]                       # notebooks and their parameters (type, default, help)
+    fda run NOTEBOOK... [-p NAME VALUE]... [-f params.yaml] [--out DIR] [--kernel NAME] [--cwd DIR]
+    fda sweep NOTEBOOK -f grid.yaml [--jobs K] [--out DIR] [-p NAME VALUE]...
+
+Also ``python -m fda_core ...``. The logic lives in :mod:`fda_core.notebooks`; this module parses
+arguments and prints. Exit codes: 0 success, 1 a notebook failed, 2 bad usage / unknown notebook /
+invalid parameter (reported before anything executes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from . import notebooks as nbk
+from .notebooks import ExecutionResult, NotebookError, ParameterError
+
+__all__ = ["main", "build_parser"]
+
+_MAX_LISTED = 10  # skipped sets listed by name in the sweep summary
+
+_NOTEBOOK_HELP = (
+    "a number (1 or 01), a stem (01_delta_errors), the topic (delta_errors), a file name or path"
+)
+_LOCATION = (
+    "Notebooks are the numbered NN_topic.ipynb files in $FDA_NOTEBOOKS, else <repo>/notebooks. "
+    "Each declares its parameters in the cell tagged 'parameters' as 'name: type = default  # help'."
+)
+
+
+class _Formatter(argparse.HelpFormatter):
+    """Wraps single-line paragraphs; keeps paragraphs that contain line breaks (examples) as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        paragraphs = []
+        for para in text.split("\n\n"):
+            if "\n" in para:
+                paragraphs.append("\n".join(indent + line for line in para.splitlines()))
+            else:
+                paragraphs.append(textwrap.fill(para, width, initial_indent=indent, subsequent_indent=indent))
+        return "\n\n".join(paragraphs)
+
+
+def _add_params_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"), dest="params",
+        help="set a parameter (repeatable); VALUE is coerced by the declared type: int, float, "
+        "bool (true/false/yes/no/1/0), str (verbatim: 007 stays '007'), list/dict as YAML ([1, 2], {a: 1}), "
+        "none/null where Optional",
+    )
+
+
+def _add_exec_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--kernel", default=nbk.DEFAULT_KERNEL, metavar="NAME",
+                   help="Jupyter kernel to execute with (default: %(default)s, the current interpreter's ipykernel)")
+    p.add_argument("--cwd", type=Path, default=None, metavar="DIR",
+                   help="working directory of the kernel (default: the repository root, so relative "
+                   "paths such as figures/... land in the repository's figures/ folder)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--dry-run", action="store_true",
+                   help="validate and show what would run, without executing anything")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``fda`` argument parser (sub-commands ``list``, ``run``, ``sweep``)."""
+    parser = argparse.ArgumentParser(
+        prog="fda",
+        description="Run the federated-domain-adaptation workbook's notebooks with papermill. " + _LOCATION,
+        epilog="Examples:\n"
+        "  fda list\n"
+        "  fda run 1 -p n_draws 500 -p seed 3\n"
+        "  fda run all --out /tmp/executed --keep-going\n"
+        "  fda sweep 01 -f grid.yaml --jobs 2\n\n"
+        "Exit status: 0 ok, 1 a notebook failed, 2 usage or parameter error (nothing executed).",
+        formatter_class=_Formatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    p_list = sub.add_parser(
+        "list", formatter_class=_Formatter, help="list notebooks and their parameters",
+        description="List the numbered notebooks with their parameters (type, default, help), as "
+        "papermill inspects them. " + _LOCATION,
+    )
+    p_list.add_argument("notebook", nargs="?", metavar="NOTEBOOK", help=f"only this notebook: {_NOTEBOOK_HELP}")
+
+    p_run = sub.add_parser(
+        "run", help="execute notebooks",
+        description="Execute notebooks with papermill and save the executed copies (atomically: a temp "
+        "file in the output folder, renamed on success; a failed run is kept as NAME.failed.ipynb). "
+        "Parameters are validated against every notebook's declared types before anything runs. "
+        "Stops at the first failing notebook unless --keep-going; exits 1 if any failed.",
+        formatter_class=_Formatter,
+        epilog="With several notebooks, each -p/-f parameter must be declared by at least one of them "
+        "and is passed only to those that declare it.\n\n"
+        "Examples:\n  fda run 01 -p n_draws 200\n  fda run 01_delta_errors 02 -f params.yaml\n  fda run all --keep-going",
+    )
+    p_run.add_argument("notebooks", nargs="+", metavar="NOTEBOOK", help=f"{_NOTEBOOK_HELP}, or 'all' (every numbered notebook, in order)")
+    _add_params_option(p_run)
+    p_run.add_argument("-f", "--parameters-file", action="append", default=[], type=Path, metavar="YAML", dest="param_files",
+                       help="YAML mapping name: value (typed; repeatable, later files and -p win)")
+    p_run.add_argument("--out", type=Path, default=None, metavar="DIR",
+                       help="folder for the executed copies (default: <repo>/executed)")
+    p_run.add_argument("--keep-going", action="store_true", help="go on with the other notebooks after a failure")
+    _add_exec_options(p_run)
+
+    p_sweep = sub.add_parser(
+        "sweep", help="re-execute one notebook over parameter sets",
+        description="Execute ONE notebook once per parameter set. Each executed copy is named by its "
+        "parameters (<stem>__name=value__....ipynb); a set whose copy exists is skipped (copies are only "
+        "renamed into place on success). Exits 1 if any set failed.",
+        formatter_class=_Formatter,
+        epilog="Sweep file (YAML), one of:\n"
+        "  - n: 10              # a list of parameter sets\n"
+        "    seed: 1\n"
+        "  - n: 20\n"
+        "    seed: 2\n"
+        "or\n"
+        "  n: [10, 20]          # a grid: lists are axes (cartesian product),\n"
+        "  seed: [1, 2]         # scalars are fixed for every set;\n"
+        "  method: fedgp        # fix a list-valued parameter as xs: [[1, 2]]\n"
+        "or {grid: {...}} / {sets: [...]} wrapping either form.\n\n"
+        "Example:\n  fda sweep 01 -f grid.yaml --jobs 2 -p n_draws 100",
+    )
+    p_sweep.add_argument("notebook", metavar="NOTEBOOK", help=_NOTEBOOK_HELP)
+    p_sweep.add_argument("-f", "--grid", required=True, type=Path, metavar="YAML", help="the sweep file (see below)")
+    _add_params_option(p_sweep)
+    p_sweep.add_argument("--jobs", "-j", type=int, default=1, metavar="K", help="executions in parallel (default: 1)")
+    p_sweep.add_argument("--out", type=Path, default=None, metavar="DIR",
+                         help="folder for the executed copies (default: <repo>/executed/sweeps)")
+    p_sweep.add_argument("--force", action="store_true", help="re-execute sets whose executed copy already exists")
+    _add_exec_options(p_sweep)
+    return parser
+
+
+# --------------------------------------------------------------------------------------------------
+# list
+
+
+def _format_parameters(params: dict[str, dict[str, str]]) -> list[str]:
+    if not params:
+        return ["    (no parameters)"]
+    rows = []
+    for info in params.values():
+        type_name = info["inferred_type_name"]
+        type_name = "?" if type_name in ("None", "") else type_name
+        rows.append((f"{info['name']}: {type_name} = {info['default']}", info.get("help", "")))
+    width = min(max(len(r[0]) for r in rows), 48)
+    lines = []
+    for decl, help_text in rows:
+        if not help_text:
+            lines.append(f"    {decl}")
+        elif len(decl) <= width:
+            lines.append(f"    {decl:<{width}}  {help_text}")
+        else:
+            lines.append(f"    {decl}\n    {'':<{width}}  {help_text}")
+    return lines
+
+
+def _cmd_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    folder = nbk.notebooks_dir()
+    paths = [nbk.resolve_notebook(args.notebook)] if args.notebook else nbk.find_notebooks(folder)
+    if not paths:
+        print(f"no numbered notebooks (NN_topic.ipynb) in {folder}", file=err)
+        return 0
+    status = 0
+    if not args.notebook:
+        print(f"Notebooks in {folder}:", file=out)
+    for i, path in enumerate(paths):
+        number = nbk.notebook_number(path)
+        label = f"[{number:02d}] {path.stem}" if number is not None else path.stem
+        if i or not args.notebook:
+            print(file=out)
+        print(label if not args.notebook else f"{label}  ({path})", file=out)
+        try:
+            params = nbk.notebook_parameters(path)
+        except NotebookError as exc:  # unreadable notebook: report it, list the others
+            print(f"    {exc}", file=out)
+            status = 1
+            continue
+        print("\n".join(_format_parameters(params)), file=out)
+    return status
+
+
+# --------------------------------------------------------------------------------------------------
+# run
+
+
+def _load_param_file(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise NotebookError(f"cannot read parameters file {path}: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise NotebookError(f"parameters file {path} is not valid YAML: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
+        raise NotebookError(f"parameters file {path} must hold a mapping name: value, got {type(data).__name__}")
+    return data
+
+
+def _plan_run(paths: list[Path], typed: dict[str, Any], raw: dict[str, str]) -> list[dict[str, Any]]:
+    """Validate the parameters for every notebook; returns one parameter dict per notebook.
+
+    One notebook: every parameter must be declared by it. Several: each parameter must be declared
+    by at least one of them and goes only to those that declare it.
+    """
+    errors: list[str] = []
+    declared = {p: nbk.notebook_parameters(p) for p in paths}
+    if len(paths) > 1:
+        for name in [*typed, *(n for n in raw if n not in typed)]:
+            if not any(name in d for d in declared.values()):
+                errors.append(f"unknown parameter {name!r}: none of {', '.join(p.stem for p in paths)} declares it")
+    plans: list[dict[str, Any]] = []
+    for path in paths:
+        values: dict[str, Any] = {}
+        for params, is_raw in ((typed, False), (raw, True)):
+            if len(paths) > 1:
+                params = {k: v for k, v in params.items() if k in declared[path]}
+            try:
+                values.update(nbk.validate_parameters(path, params, raw=is_raw))
+            except ParameterError as exc:
+                errors.extend(e for e in exc.errors if e not in errors)
+        plans.append(values)
+    if errors:
+        raise ParameterError(errors)
+    return plans
+
+
+def _failure_lines(res: ExecutionResult) -> list[str]:
+    lines = [f"FAILED {res.notebook.stem}: {res.error_summary()}"]
+    where = res.failing_line()
+    if where is not None:
+        lines.append(f"    line {where[0]}: {where[1][:120]}")
+    if res.output is not None:
+        lines.append(f"    executed copy: {res.output}")
+    return lines
+
+
+def _fmt_params(params: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in params.items()) or "(defaults)"
+
+
+def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    paths = nbk.resolve_notebooks(args.notebooks)
+    typed: dict[str, Any] = {}
+    for f in args.param_files:
+        typed.update(_load_param_file(f))
+    raw = {name: value for name, value in args.params}
+    typed = {k: v for k, v in typed.items() if k not in raw}  # -p wins over -f
+    plans = _plan_run(paths, typed, raw)
+    out_dir = (args.out if args.out is not None else nbk.default_output_dir()).resolve()
+    cwd = args.cwd.resolve() if args.cwd is not None else nbk.repo_root()
+    if args.cwd is not None and not cwd.is_dir():
+        raise NotebookError(f"--cwd {args.cwd}: no such directory")
+    for path in paths:
+        if (out_dir / path.name).resolve() == path.resolve():
+            raise NotebookError(f"--out {out_dir} holds the notebook {path.name} itself; choose another folder")
+
+    if args.dry_run:
+        for path, params in zip(paths, plans):
+            print(f"would run {path.stem} -> {out_dir / path.name}  [{_fmt_params(params)}]", file=out)
+        return 0
+
+    from tqdm.auto import tqdm
+
+    status = 0
+    bar = tqdm(total=len(paths), unit="notebook", desc="fda run", disable=args.no_progress or len(paths) < 2, file=err)
+    try:
+        for count, (path, params) in enumerate(zip(paths, plans), start=1):
+            bar.set_postfix_str(path.stem)
+            res = nbk.execute(path, out_dir / path.name, params, kernel_name=args.kernel, cwd=cwd,
+                              progress_bar=not args.no_progress)
+            bar.update(1)
+            if res.ok:
+                bar.write(f"ok {path.stem} ({res.seconds:.1f} s) -> {res.output}", file=out)
+                continue
+            status = 1
+            bar.write("\n".join(_failure_lines(res)), file=err)
+            if not args.keep_going:
+                remaining = len(paths) - count
+                if remaining:
+                    bar.write(f"stopped: {remaining} notebook(s) not run (use --keep-going to run them anyway)", file=err)
+                break
+    finally:
+        bar.close()
+    return status
+
+
+# --------------------------------------------------------------------------------------------------
+# sweep
+
+
+def _cmd_sweep(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if args.jobs < 1:
+        raise NotebookError(f"--jobs must be at least 1, got {args.jobs}")
+    path = nbk.resolve_notebook(args.notebook)
+    sets = nbk.load_parameter_sets(args.grid)
+    fixed = nbk.validate_parameters(path, {name: value for name, value in args.params}, raw=True)
+    out_dir = (args.out if args.out is not None else nbk.default_output_dir() / "sweeps").resolve()
+    cwd = args.cwd.resolve() if args.cwd is not None else nbk.repo_root()
+    if args.cwd is not None and not cwd.is_dir():
+        raise NotebookError(f"--cwd {args.cwd}: no such directory")
+    items = nbk.plan_sweep(path, sets, out_dir, fixed=fixed)
+
+    if args.dry_run:
+        for item in items:
+            state = "skip (exists)" if item.done and not args.force else "run"
+            print(f"{state:<13} {item.output.name}", file=out)
+        return 0
+
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(items), unit="set", desc=f"sweep {path.stem}", disable=args.no_progress, file=err)
+
+    def progress(res: ExecutionResult) -> None:
+        bar.update(1)
+        if res.status == "failed":
+            bar.write(f"FAILED {res.output.name if res.output else _fmt_params(res.parameters)}: {res.error_summary()}", file=err)
+
+    try:
+        results = nbk.run_sweep(path, items, jobs=args.jobs, force=args.force, kernel_name=args.kernel, cwd=cwd,
+                                progress=progress)
+    finally:
+        bar.close()
+
+    done = [r for r in results if r.status == "done"]
+    skipped = [r for r in results if r.status == "skipped"]
+    failed = [r for r in results if r.status == "failed"]
+    print(f"sweep {path.stem}: {len(done)} done, {len(skipped)} skipped, {len(failed)} failed -> {out_dir}", file=out)
+    for r in skipped[:_MAX_LISTED]:
+        print(f"  skipped (exists): {r.output.name if r.output else ''}", file=out)
+    if len(skipped) > _MAX_LISTED:
+        print(f"  ... and {len(skipped) - _MAX_LISTED} more skipped (use --force to re-execute)", file=out)
+    if failed:
+        print(f"{len(failed)} failed parameter set(s):", file=err)
+        for r in failed:
+            print(f"  [{_fmt_params(r.parameters)}] {r.error_summary()}", file=err)
+            where = r.failing_line()
+            if where is not None:
+                print(f"      line {where[0]}: {where[1][:120]}", file=err)
+            if r.output is not None:
+                print(f"      executed copy: {r.output}", file=err)
+    return 1 if failed else 0
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``fda`` / ``python -m fda_core``; returns the exit code (0, 1 or 2).
+
+    ``argv`` defaults to ``sys.argv[1:]``. Usage, notebook and parameter errors are printed to
+    stderr and give 2 before anything executes; a failed notebook gives 1.
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(list(argv) if argv is not None else None)
+    except SystemExit as exc:  # --help (0) or a usage error (2): return instead of exiting
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    out, err = sys.stdout, sys.stderr
+    commands = {"list": _cmd_list, "run": _cmd_run, "sweep": _cmd_sweep}
+    try:
+        return commands[args.command](args, out, err)
+    except ParameterError as exc:
+        print("fda: invalid parameters:", file=err)
+        for line in exc.errors:
+            print(f"  {line}", file=err)
+        return 2
+    except NotebookError as exc:
+        print(f"fda: {exc}", file=err)
+        return 2
+    except KeyboardInterrupt:
+        print("fda: interrupted", file=err)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
