@@ -259,12 +259,20 @@ def _raise_non_finite(blocks: _Blocks) -> None:
 
 
 def _finish(blocks: _Blocks, outs: list[Tensor], checks: Tensor | None = None) -> Tensor | dict[str, Tensor]:
-    """Check finiteness cheaply (on the outputs / small reductions) and restore the input's form."""
-    ok = all(bool(torch.isfinite(o).all()) for o in outs)
+    """Check finiteness cheaply and restore the input's form.
+
+    A NaN/inf anywhere in an input reaches the outputs or the small reductions ``checks`` (dot products,
+    norms), and any NaN/inf element of an output makes its sum non-finite: one reduction per output
+    instead of ``isfinite(o).all()`` (which materialises several m-sized temporaries, half the cost of a
+    call on ResNet-18-sized updates). A finite output whose sum merely overflows is re-checked exactly.
+    """
+    sums = torch.stack([o.sum() for o in outs]).reshape(-1)
     if checks is not None:
-        ok = ok and bool(torch.isfinite(checks).all())
-    if not ok:
-        _raise_non_finite(blocks)
+        sums = torch.cat([sums, checks.reshape(-1).to(sums.dtype)])
+    if not bool(torch.isfinite(sums).all()):
+        exact = all(bool(torch.isfinite(o).all()) for o in outs)
+        if not (exact and (checks is None or bool(torch.isfinite(checks).all()))):
+            _raise_non_finite(blocks)
     if blocks.kind == "dict":
         return {k: o.reshape(s) for k, o, s in zip(blocks.keys, outs, blocks.shapes)}  # type: ignore[arg-type]
     if blocks.kind == "sequence":
@@ -279,45 +287,102 @@ def _finish(blocks: _Blocks, outs: list[Tensor], checks: Tensor | None = None) -
 # then one fused multiply-add per block forms ĝ, so the sources are read a small constant number of
 # times and never copied (dict input) — see benchmarks/aggregation.py.
 # ---------------------------------------------------------------------------------------------
-def _dots_and_norms(blocks: _Blocks, k: int) -> tuple[Tensor, Tensor]:
-    """⟨t, s_i⟩ and ‖s_i‖² for block k, each of shape (*batch, N)."""
-    t = blocks.target[k]
+def _reductions(blocks: _Blocks, with_target_norm: bool) -> tuple[Tensor, Tensor, Tensor | None]:
+    """⟨t, s_i⟩, ‖s_i‖² of shape (L, *batch, N) and, if asked, ‖t‖ of shape (L, *batch, 1).
+
+    L is the number of blocks (1 for flat input). For dict input the L·N·2 scalars come from one
+    ``torch.stack``, with ‖s_i‖² computed right after ⟨t, s_i⟩ while s_i is (partly) still in cache.
+    """
     if blocks.sources is not None:
-        s = blocks.sources[k]
+        s, t = blocks.sources[0], blocks.target[0]
         dots = torch.matmul(s, t.unsqueeze(-1)).squeeze(-1)
         norms2 = torch.linalg.vector_norm(s, dim=-1).square()
-        return dots, norms2
-    srcs = blocks.per_source[k]  # type: ignore[index]
-    dots = torch.stack([torch.dot(s, t) for s in srcs])
-    norms2 = torch.stack([torch.dot(s, s) for s in srcs])
-    return dots, norms2
+        tnorm = torch.linalg.vector_norm(t, dim=-1, keepdim=True).unsqueeze(0) if with_target_norm else None
+        return dots.unsqueeze(0), norms2.unsqueeze(0), tnorm
+    n, n_blocks = blocks.n_sources, len(blocks.target)
+    vals: list[Tensor] = []
+    for k in range(n_blocks):
+        t = blocks.target[k]
+        for src in blocks.per_source[k]:  # type: ignore[index]
+            vals.append(torch.dot(src, t))
+            vals.append(torch.dot(src, src))
+    both = torch.stack(vals).view(n_blocks, n, 2)
+    tnorm = None
+    if with_target_norm:
+        tnorm = torch.stack([torch.linalg.vector_norm(t) for t in blocks.target]).view(n_blocks, 1)
+    return both[..., 0], both[..., 1], tnorm
 
 
-def _combine(blocks: _Blocks, k: int, target_coef: Tensor, coef: Tensor, coef_list: list[float] | None = None) -> Tensor:
-    """target_coef·t + Σ_i coef_i·s_i for block k (target_coef (*batch,), coef (*batch, N))."""
+def _combine(blocks: _Blocks, k: int, target_coef: Tensor, coef: Tensor, coef_list: list[float] | None = None,
+             out: Tensor | None = None) -> Tensor:
+    """target_coef·t + Σ_i coef_i·s_i for block k (target_coef (*batch,), coef (*batch, N)), written
+    into ``out`` (a flat (m_k,) buffer) when given."""
     t = blocks.target[k]
     if blocks.sources is not None:
         s = blocks.sources[k]
-        mixed = torch.matmul(coef.unsqueeze(-2).to(s.dtype), s).squeeze(-2)
-        return mixed.add_(t * target_coef.unsqueeze(-1))
+        coef = coef.to(s.dtype)
+        if s.ndim == 2:  # one fused BLAS call, no (m,) temporaries: target_coef·t + Sᵀ coef
+            return torch.addmv(t, s.mT, coef, beta=float(target_coef), out=out)
+        mixed = torch.matmul(coef.unsqueeze(-2), s).squeeze(-2)
+        return mixed.addcmul_(t, target_coef.unsqueeze(-1).to(s.dtype))
     # dict input: axpy per source, no stacking copy. coef_list holds the same numbers as Python floats
     # (one device sync per call, made by the caller for all blocks at once).
-    out = t * float(target_coef)
+    out = torch.mul(t, float(target_coef), out=out)
     for c, s in zip(coef_list, blocks.per_source[k]):  # type: ignore[arg-type]
         if c != 0.0:
             out.add_(s, alpha=c)
     return out
 
 
-def _aggregate(blocks: _Blocks, target_coef: Tensor, coefs: list[Tensor], checks: Tensor | None = None):
+def _out_buffers(out: Tensor | GradDict | None, blocks: _Blocks) -> list[Tensor] | None:
+    """Validate ``out`` and return one flat view per block (None when no buffer is given).
+
+    ``out`` receives the result in place (a federated loop reuses it every round, which avoids
+    allocating, and page-faulting, an m-sized result per call). It must have the result's form, shape,
+    dtype and device, be contiguous and not share memory with a source (it may be the target itself).
+    """
+    if out is None:
+        return None
+    if blocks.kind == "dict":
+        if not isinstance(out, Mapping) or set(out.keys()) != set(blocks.keys):  # type: ignore[arg-type]
+            raise ValueError("out must be a dict with the same keys as target_grad for per-tensor input")
+        items = [(f"out[{k!r}]", out[k], shape) for k, shape in zip(blocks.keys, blocks.shapes)]  # type: ignore[arg-type]
+    else:
+        if blocks.sources[0].ndim != 2:  # type: ignore[index]
+            raise ValueError("out is only supported for unbatched input (source_grads of shape (N, m))")
+        if not isinstance(out, Tensor):
+            raise ValueError(f"out must be a tensor, got {type(out).__name__}")
+        shape = blocks.target_shape if blocks.kind == "sequence" else blocks.target[0].shape
+        items = [("out", out, shape)]
+    views = []
+    for k, (name, buf, shape) in enumerate(items):
+        ref = blocks.target[k]
+        if buf.shape != shape or buf.dtype != ref.dtype or buf.device != ref.device:
+            raise ValueError(
+                f"{name} must have shape {tuple(shape)}, dtype {ref.dtype} and device {ref.device}; got "
+                f"{tuple(buf.shape)}, {buf.dtype}, {buf.device}"
+            )
+        if not buf.is_contiguous():
+            raise ValueError(f"{name} must be contiguous")
+        sources = blocks.sources[k] if blocks.sources is not None else blocks.per_source[k]  # type: ignore[index]
+        storage = buf.untyped_storage().data_ptr()
+        if any(src.untyped_storage().data_ptr() == storage for src in sources):
+            raise ValueError(f"{name} shares memory with source_grads; it would be overwritten while being read")
+        views.append(buf.view(-1))
+    return views
+
+
+def _aggregate(blocks: _Blocks, target_coef: Tensor, coefs: list[Tensor], checks: Tensor | None = None,
+               out: Tensor | GradDict | None = None):
+    buffers = _out_buffers(out, blocks) or [None] * len(coefs)
     if blocks.kind == "dict":
         # one host transfer for every coefficient of every block
         all_coefs = torch.stack(coefs).tolist()  # (L, N)
-        tc = float(target_coef)
-        outs = [_combine(blocks, k, torch.tensor(tc), coefs[k], all_coefs[k]) for k in range(len(coefs))]
+        outs = [_combine(blocks, k, target_coef, coefs[k], all_coefs[k], buffers[k]) for k in range(len(coefs))]
     else:
-        outs = [_combine(blocks, k, target_coef, coefs[k]) for k in range(len(coefs))]
-    return _finish(blocks, outs, checks)
+        outs = [_combine(blocks, k, target_coef, coefs[k], out=buffers[k]) for k in range(len(coefs))]
+    result = _finish(blocks, outs, checks)
+    return result if out is None else out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -339,12 +404,14 @@ def target_only(target_grad: TargetGrad) -> TargetGrad:
     return target_grad
 
 
-def source_only(source_grads: SourceGrads, weights: BetaLike | None = None) -> TargetGrad:
+def source_only(source_grads: SourceGrads, weights: BetaLike | None = None, *,
+                out: Tensor | GradDict | None = None) -> TargetGrad:
     """Source only (FedAvg of the sources): ĝ = Σ_i w_i g_i (spec theory.md § Rules; Δ² = d²).
 
     Args:
         source_grads: (N, m) tensor, N tensors of one shape, or N parameter dicts.
         weights: (N,) non-negative per-source weights, default uniform; normalised to sum 1.
+        out: optional buffer for the result (see :func:`fedgp`).
     Returns:
         (m,) tensor (the sources' shape for a sequence, a dict for dict input).
     """
@@ -352,10 +419,11 @@ def source_only(source_grads: SourceGrads, weights: BetaLike | None = None) -> T
     w = _check_weights(weights, blocks)
     zero = torch.zeros(blocks.batch_shape, dtype=w.dtype, device=w.device)
     coef = w.expand(blocks.batch_shape + (blocks.n_sources,))
-    return _aggregate(blocks, zero, [coef] * len(blocks.target))
+    return _aggregate(blocks, zero, [coef] * len(blocks.target), out=out)
 
 
-def fedda(source_grads: SourceGrads, target_grad: TargetGrad, beta: BetaLike, weights: BetaLike | None = None) -> TargetGrad:
+def fedda(source_grads: SourceGrads, target_grad: TargetGrad, beta: BetaLike, weights: BetaLike | None = None, *,
+          out: Tensor | GradDict | None = None) -> TargetGrad:
     """FedDA: ĝ = Σ_i w_i [(1 − β_i) g_T + β_i g_i] (spec theory.md § Rules; FedGP paper Eq. for FedDA).
 
     With one β this is (1 − β) g_T + β Σ_i w_i g_i. β weights the SOURCE part: β = 0 → g_T,
@@ -366,36 +434,31 @@ def fedda(source_grads: SourceGrads, target_grad: TargetGrad, beta: BetaLike, we
         target_grad: (m,) tensor (or the matching shape / dict).
         beta: float in [0, 1] or (N,) per-source values.
         weights: (N,) non-negative per-source weights, default uniform; normalised to sum 1.
+        out: optional buffer for the result (see :func:`fedgp`).
     """
     blocks = _normalise(source_grads, target_grad)
     b = _check_beta(beta, blocks)
     w = _check_weights(weights, blocks)
     wb = (w * b).expand(blocks.batch_shape + (blocks.n_sources,))
     target_coef = 1.0 - wb.sum(-1)
-    return _aggregate(blocks, target_coef, [wb] * len(blocks.target))
+    return _aggregate(blocks, target_coef, [wb] * len(blocks.target), out=out)
 
 
 def _projection_coefs(blocks: _Blocks, wb: Tensor, mode: str, scale: Tensor | None) -> tuple[list[Tensor], Tensor]:
-    coefs, checks = [], []
-    for k in range(len(blocks.target)):
-        dots, norms2 = _dots_and_norms(blocks, k)
-        checks.append(dots)
-        checks.append(norms2)
-        if mode == "exact":
-            # Proj₊(g_T | g_i) = max(⟨g_T, g_i⟩, 0) g_i / ‖g_i‖²; a zero source contributes 0 (spec § Rules).
-            safe = torch.where(norms2 > 0, norms2, torch.ones_like(norms2))
-            factor = torch.where(norms2 > 0, dots.clamp_min(0) / safe, torch.zeros_like(dots))
-        else:
-            # Papers' implementation (FedGP paper App. B.2, Eq. B.2; healthcare paper Eq. 4-6): per-layer
-            # cosine with threshold 0, times a magnitude-alignment factor a_i instead of ‖g_T‖/‖g_i‖.
-            tnorm = torch.linalg.vector_norm(blocks.target[k], dim=-1, keepdim=True)
-            denom = norms2.sqrt() * tnorm
-            safe = torch.where(denom > 0, denom, torch.ones_like(denom))
-            factor = torch.where(denom > 0, dots.clamp_min(0) / safe, torch.zeros_like(dots))
-            if scale is not None:
-                factor = factor * scale
-        coefs.append(wb * factor)
-    return coefs, torch.stack([c.reshape(-1) for c in checks])
+    """Per-block coefficients c_i = w_i β_i · factor_i of FedGP (exact) or its cosine variant."""
+    dots, norms2, tnorm = _reductions(blocks, with_target_norm=mode != "exact")
+    if mode == "exact":
+        # Proj₊(g_T | g_i) = max(⟨g_T, g_i⟩, 0) g_i / ‖g_i‖²; a zero source contributes 0 (spec § Rules).
+        denom = norms2
+    else:
+        # Papers' implementation (FedGP paper App. B.2, Eq. B.2; healthcare paper Eq. 4-6): per-layer
+        # cosine with threshold 0, times a magnitude-alignment factor a_i instead of ‖g_T‖/‖g_i‖.
+        denom = norms2.sqrt() * tnorm
+    safe = torch.where(denom > 0, denom, torch.ones_like(denom))
+    factor = torch.where(denom > 0, dots.clamp_min(0) / safe, torch.zeros_like(dots))
+    if scale is not None:
+        factor = factor * scale
+    return list((wb * factor).unbind(0)), torch.stack([dots, norms2])
 
 
 def fedgp(
@@ -403,6 +466,8 @@ def fedgp(
     target_grad: TargetGrad,
     beta: BetaLike,
     weights: BetaLike | None = None,
+    *,
+    out: Tensor | GradDict | None = None,
 ) -> TargetGrad:
     """FedGP (gradient projection): ĝ = Σ_i w_i [(1 − β_i) g_T + β_i Proj₊(g_T | g_i)].
 
@@ -417,13 +482,16 @@ def fedgp(
         target_grad: (m,) tensor ((*batch, m)), the matching shape, or dict.
         beta: float in [0, 1] or (N,) per-source values.
         weights: (N,) non-negative per-source weights, default uniform; normalised to sum 1.
+        out: optional buffer that receives the result in place (same form, shape, dtype and device as the
+            result, contiguous, sharing no memory with a source; it may be the target gradient itself).
+            Reusing one buffer across rounds avoids allocating an m-sized result per call.
     """
     blocks = _normalise(source_grads, target_grad)
     b = _check_beta(beta, blocks)
     w = _check_weights(weights, blocks)
     wb = (w * b).expand(blocks.batch_shape + (blocks.n_sources,))
     coefs, checks = _projection_coefs(blocks, wb, "exact", None)
-    return _aggregate(blocks, 1.0 - wb.sum(-1), coefs, checks)
+    return _aggregate(blocks, 1.0 - wb.sum(-1), coefs, checks, out=out)
 
 
 def magnitude_alignment(
@@ -459,6 +527,8 @@ def fedgp_cosine(
     beta: BetaLike,
     weights: BetaLike | None = None,
     alignment: BetaLike | None = None,
+    *,
+    out: Tensor | GradDict | None = None,
 ) -> TargetGrad:
     """The papers' implementation of FedGP on model updates: cosine filter with magnitude alignment.
 
@@ -475,6 +545,7 @@ def fedgp_cosine(
         beta: float in [0, 1] or (N,) per-source values (weights the source part).
         weights: (N,) per-source weights (the papers use n_i / Σ n_i), default uniform.
         alignment: (N,) magnitude factors a_i ≥ 0, default 1.
+        out: optional buffer for the result (see :func:`fedgp`).
     """
     blocks = _normalise(source_updates, target_update)
     b = _check_beta(beta, blocks)
@@ -484,7 +555,7 @@ def fedgp_cosine(
         raise ValueError(f"alignment must be non-negative, got {alignment!r}")
     wb = (w * b).expand(blocks.batch_shape + (blocks.n_sources,))
     coefs, checks = _projection_coefs(blocks, wb, "cosine", a)
-    return _aggregate(blocks, 1.0 - wb.sum(-1), coefs, checks)
+    return _aggregate(blocks, 1.0 - wb.sum(-1), coefs, checks, out=out)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -533,7 +604,7 @@ def _parts_and_mean(source_grads: SourceGrads, target_part_grads: Any) -> tuple[
     return parts, flat_sources, target
 
 
-def _auto(rule: str, source_grads, target_part_grads, weights, return_beta: bool, fallback: float):
+def _auto(rule: str, source_grads, target_part_grads, weights, return_beta: bool, fallback: float, out=None):
     from .estimators import auto_beta  # local import: estimators does not depend on aggregation
 
     parts, flat_sources, target = _parts_and_mean(source_grads, target_part_grads)
@@ -543,8 +614,8 @@ def _auto(rule: str, source_grads, target_part_grads, weights, return_beta: bool
         )
     beta = auto_beta(parts, flat_sources, rule=rule, fallback=fallback)
     fn = fedgp if rule == "fedgp" else fedda
-    out = fn(source_grads, target, beta, weights)
-    return (out, beta) if return_beta else out
+    result = fn(source_grads, target, beta, weights, out=out)
+    return (result, beta) if return_beta else result
 
 
 def fedda_auto(
@@ -554,6 +625,7 @@ def fedda_auto(
     *,
     return_beta: bool = False,
     fallback: float = 0.5,
+    out: Tensor | GradDict | None = None,
 ):
     """Auto-weighted FedDA: FedDA with β_i = σ̂² / (σ̂² + d̂_i²) per source (spec § Optimal weights).
 
@@ -562,7 +634,7 @@ def fedda_auto(
     estimates come from :func:`fda_core.estimators.auto_beta` on the flattened gradients (clamped; 0/0
     gives ``fallback``). With ``return_beta=True`` returns ``(ĝ, beta)`` with beta of shape (N,).
     """
-    return _auto("fedda", source_grads, target_part_grads, weights, return_beta, fallback)
+    return _auto("fedda", source_grads, target_part_grads, weights, return_beta, fallback, out)
 
 
 def fedgp_auto(
@@ -572,12 +644,13 @@ def fedgp_auto(
     *,
     return_beta: bool = False,
     fallback: float = 0.5,
+    out: Tensor | GradDict | None = None,
 ):
     """Auto-weighted FedGP: FedGP with β_i = σ̂² / (σ̂² + (τ²d²)^_i) per source (spec § Optimal weights).
 
     Same arguments as :func:`fedda_auto`.
     """
-    return _auto("fedgp", source_grads, target_part_grads, weights, return_beta, fallback)
+    return _auto("fedgp", source_grads, target_part_grads, weights, return_beta, fallback, out)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -379,3 +379,52 @@ def test_float32_inputs_supported():
     out = fedgp(s, t, 0.5)
     assert out.dtype == torch.float32
     assert math.isfinite(float(out.sum()))
+
+
+# ------------------------------------------------------------------ out= buffers
+def test_out_buffer_flat_sequence_and_dict():
+    g = torch.Generator().manual_seed(7)
+    s = torch.randn(3, 6, generator=g)
+    t = torch.randn(6, generator=g)
+    for rule in (fedda, fedgp, fedgp_cosine):
+        buf = torch.empty(6)
+        res = rule(s, t, 0.4, out=buf)
+        assert res is buf and torch.allclose(buf, rule(s, t, 0.4))
+    buf = torch.empty(6)
+    assert source_only(s, out=buf) is buf and torch.allclose(buf, source_only(s))
+    buf = torch.empty(2, 3)
+    assert torch.allclose(fedgp(list(s.view(3, 2, 3)), t.view(2, 3), 0.4, out=buf), fedgp(s, t, 0.4).view(2, 3))
+    d = [{"a": x[:2].clone(), "b": x[2:].clone()} for x in s]
+    td = {"a": t[:2].clone(), "b": t[2:].clone()}
+    bufs = {"a": torch.empty(2), "b": torch.empty(4)}
+    res = fedgp(d, td, 0.4, out=bufs)
+    assert res is bufs
+    expected = fedgp(d, td, 0.4)
+    assert all(torch.allclose(bufs[k], expected[k]) for k in "ab")
+    parts = torch.randn(4, 6, generator=g)
+    buf = torch.empty(6)
+    assert torch.allclose(fedgp_auto(s, parts, out=buf), fedgp_auto(s, parts)) and torch.allclose(buf, fedgp_auto(s, parts))
+
+
+def test_out_may_be_the_target_in_place():
+    s = torch.randn(3, 5)
+    t = torch.randn(5)
+    expected = fedgp(s, t, 0.5)
+    fedgp(s, t, 0.5, out=t)
+    assert torch.allclose(t, expected)
+
+
+def test_out_bad():
+    with pytest.raises(ValueError, match="out must have shape"):
+        fedgp(S, TG, 0.5, out=torch.empty(5))
+    with pytest.raises(ValueError, match="dtype"):
+        fedgp(S, TG, 0.5, out=torch.empty(4, dtype=torch.float64))
+    with pytest.raises(ValueError, match="shares memory with source_grads"):
+        s = S.clone()
+        fedgp(s, TG, 0.5, out=s[0])
+    with pytest.raises(ValueError, match="contiguous"):
+        fedgp(S, TG, 0.5, out=torch.empty(4, 2)[:, 0])
+    with pytest.raises(ValueError, match="unbatched"):
+        fedgp(S.expand(2, 3, 4), TG.expand(2, 4), 0.5, out=torch.empty(2, 4))
+    with pytest.raises(ValueError, match="same keys"):
+        fedgp([{"a": TG}], {"a": TG}, 0.5, out={"b": torch.empty(4)})

@@ -1,0 +1,32 @@
+"""Smoke test of benchmarks/aggregation.py on tiny shapes (no timing assertions)."""
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("bench_aggregation", ROOT / "benchmarks" / "aggregation.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_resnet18_shapes():
+    bench = _load()
+    shapes = bench.resnet18_shapes()
+    assert len(shapes) == 62
+    assert sum(int(__import__("math").prod(s)) for s in shapes) == 11_689_512
+
+
+def test_benchmark_runs_and_reports_ratios():
+    bench = _load()
+    records = bench.run(shapes=[(8, 3, 3, 3), (8,), (10, 8)], sources=(2, 3), repeats=2)
+    forms = {(r["n_sources"], r["form"]) for r in records}
+    assert forms == {(n, f) for n in (2, 3) for f in bench.FORMS}
+    for r in records:
+        assert r["median_ms"] > 0 and r["ratio_to_floor"] > 0
+        assert r["max_abs_diff_naive_vs_library"] < 1e-4  # the naive loop and the library agree
+    report = bench.format_report(records, bench.environment(bench.resolve_device("cpu")))
+    assert "library/floor" in report and "naive/library" in report
