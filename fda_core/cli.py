@@ -20,10 +20,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-import yaml
 
 from . import notebooks as nbk
-from .notebooks import ExecutionResult, NotebookError, ParameterError
+from .notebooks import ExecutionResult, NotebookError, ParameterError, read_yaml
 
 __all__ = ["main", "build_parser"]
 
@@ -197,12 +196,7 @@ def _cmd_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _load_param_file(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise NotebookError(f"cannot read parameters file {path}: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise NotebookError(f"parameters file {path} is not valid YAML: {exc}") from exc
+    data = read_yaml(path, "parameters file")
     if data is None:
         return {}
     if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):

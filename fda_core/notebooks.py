@@ -758,6 +758,17 @@ def execute(
 # sweeps
 
 
+def read_yaml(path: str | os.PathLike, what: str = "file") -> Any:
+    """Load a YAML file; a :class:`NotebookError` names the file (``what`` says which kind) on failure."""
+    path = Path(path)
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise NotebookError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise NotebookError(f"{what} {path} is not valid YAML: {exc}") from exc
+
+
 def load_parameter_sets(spec: Any) -> list[dict[str, Any]]:
     """Parameter sets from a sweep specification (a YAML file path, or the loaded object).
 
@@ -772,13 +783,7 @@ def load_parameter_sets(spec: Any) -> list[dict[str, Any]]:
     Raises :class:`NotebookError` for any other shape, an empty axis or a non-string name.
     """
     if isinstance(spec, (str, os.PathLike)):
-        path = Path(spec)
-        try:
-            spec = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise NotebookError(f"cannot read sweep file {path}: {exc.strerror or exc}") from exc
-        except yaml.YAMLError as exc:
-            raise NotebookError(f"sweep file {path} is not valid YAML: {exc}") from exc
+        spec = read_yaml(spec, "sweep file")
     if isinstance(spec, dict) and len(spec) == 1:
         (key, inner), = spec.items()
         if key == "grid" and isinstance(inner, dict):
