@@ -22,7 +22,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-__all__ = ["estimate_deltas", "auto_beta", "split_parts", "part_gradients"]
+__all__ = ["estimate_deltas", "auto_beta", "split_parts", "part_gradients", "per_sample_gradients"]
 
 
 def _check_inputs(part_grads: Tensor, source_grads: Tensor) -> tuple[Tensor, Tensor, bool]:
@@ -160,6 +160,19 @@ def _named_trainable(model: nn.Module) -> Iterator[tuple[str, nn.Parameter]]:
     return ((k, p) for k, p in model.named_parameters() if p.requires_grad)
 
 
+def _functional_grad(model: nn.Module, loss_fn: Callable[[Tensor, Tensor], Tensor]):
+    """(names, params, grad_fn): grad_fn(params, xb, yb) is the gradient dict of loss_fn on one batch."""
+    names, params = zip(*_named_trainable(model))
+    params = {k: p.detach() for k, p in zip(names, params)}
+    buffers = {k: b.detach() for k, b in model.named_buffers()}
+
+    def batch_loss(p: dict[str, Tensor], xb: Tensor, yb: Tensor) -> Tensor:
+        out = torch.func.functional_call(model, (p, buffers), (xb,))
+        return loss_fn(out, yb)
+
+    return list(names), params, torch.func.grad(batch_loss)
+
+
 def part_gradients(
     model: nn.Module,
     loss_fn: Callable[[Tensor, Tensor], Tensor],
@@ -183,14 +196,27 @@ def part_gradients(
     if x.shape[0] != y.shape[0]:
         raise ValueError(f"x has {x.shape[0]} points but y has {y.shape[0]}")
     idx = split_parts(x.shape[0], n_parts, seed=seed, generator=generator).to(x.device)
-    xp, yp = x[idx], y[idx]  # (B, n/B, ...)
-    names, params = zip(*_named_trainable(model))
-    params = {k: p.detach() for k, p in zip(names, params)}
-    buffers = {k: b.detach() for k, b in model.named_buffers()}
-
-    def part_loss(p: dict[str, Tensor], xb: Tensor, yb: Tensor) -> Tensor:
-        out = torch.func.functional_call(model, (p, buffers), (xb,))
-        return loss_fn(out, yb)
-
-    grads = torch.func.vmap(torch.func.grad(part_loss), in_dims=(None, 0, 0), chunk_size=chunk_size)(params, xp, yp)
+    names, params, grad_fn = _functional_grad(model, loss_fn)
+    grads = torch.func.vmap(grad_fn, in_dims=(None, 0, 0), chunk_size=chunk_size)(params, x[idx], y[idx])
     return torch.cat([grads[k].reshape(n_parts, -1) for k in names], dim=1)
+
+
+def per_sample_gradients(
+    model: nn.Module,
+    loss_fn: Callable[[Tensor, Tensor], Tensor],
+    x: Tensor,
+    y: Tensor,
+    *,
+    chunk_size: int | None = 256,
+) -> Tensor:
+    """Gradient of the loss of every single point, as an (n, m) tensor (same parameter order as
+    :func:`part_gradients`). The mean of any subset of rows is the gradient on that subset (for a
+    mean-reduced loss), so a pool of per-sample gradients gives exact population and subset gradients.
+    """
+    if x.shape[0] != y.shape[0]:
+        raise ValueError(f"x has {x.shape[0]} points but y has {y.shape[0]}")
+    names, params, grad_fn = _functional_grad(model, loss_fn)
+    grads = torch.func.vmap(grad_fn, in_dims=(None, 0, 0), chunk_size=chunk_size)(
+        params, x.unsqueeze(1), y.unsqueeze(1)
+    )
+    return torch.cat([grads[k].reshape(x.shape[0], -1) for k in names], dim=1)

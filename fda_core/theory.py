@@ -13,6 +13,7 @@ model parameters. All closed forms accept numpy arrays and broadcast.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,10 +34,13 @@ __all__ = [
     "delta_errors_theory",
     "phase_diagram_theory",
     "THEORY_RULES",
+    "KnownGradientModel",
     "GaussianGradientModel",
+    "PooledGradientModel",
     "monte_carlo_delta",
     "fedgp_theorem_terms",
     "verify_delta_formulas",
+    "delta_check",
 ]
 
 ArrayLike = float | np.ndarray | Sequence[float]
@@ -194,8 +198,54 @@ def phase_diagram_theory(
 # ---------------------------------------------------------------------------------------------
 # Monte-Carlo check of the formulas
 # ---------------------------------------------------------------------------------------------
+class KnownGradientModel:
+    """Base of the models where the population gradients are known (for Monte-Carlo checks).
+
+    Subclasses set ``target_grad`` (m,), ``source_grads`` (N, m), ``n_target`` and implement
+    ``draw_parts(n_draws, n_parts, generator) -> (n_draws, B, m)`` (part gradients of fresh target
+    sets of ``n_target`` i.i.d. points) and the exact ``sigma2``.
+    """
+
+    target_grad: Tensor
+    source_grads: Tensor
+    n_target: int
+
+    @property
+    def m(self) -> int:
+        return int(self.target_grad.shape[0])
+
+    @property
+    def d2(self) -> Tensor:
+        """(N,) squared distances ‖g_T − g_i‖²."""
+        return (self.target_grad - self.source_grads).square().sum(-1)
+
+    @property
+    def tau2d2(self) -> Tensor:
+        """(N,) ‖P⊥_i g_T‖², the squared distance of g_T from its projection on each source direction."""
+        u = self.source_grads / torch.linalg.vector_norm(self.source_grads, dim=-1, keepdim=True).clamp_min(1e-300)
+        return self.target_grad.square().sum() - (u @ self.target_grad).square()
+
+    @property
+    def tau2(self) -> Tensor:
+        """(N,) τ² = ‖P⊥ g_T‖² / d² (0 where d = 0)."""
+        d2 = self.d2
+        return torch.where(d2 > 0, self.tau2d2 / torch.where(d2 > 0, d2, torch.ones_like(d2)), torch.zeros_like(d2))
+
+    def projected_variance(self, direction: Tensor) -> float:
+        """E⟨g_{D̂_T} − g_{D_T}, u⟩² for the unit vector u along ``direction`` (the noise FedGP keeps)."""
+        raise NotImplementedError
+
+    def with_n_target(self, n_target: int):
+        """The same model with another target-set size n."""
+        return dataclasses.replace(self, n_target=n_target)
+
+    def _check_parts(self, n_parts: int) -> None:
+        if n_parts < 1 or self.n_target % n_parts:
+            raise ValueError(f"n_parts must divide n_target = {self.n_target}, got {n_parts}")
+
+
 @dataclass
-class GaussianGradientModel:
+class GaussianGradientModel(KnownGradientModel):
     """A model where the population target gradient is known.
 
     Per-sample target gradients are g_T + ξ with ξ ~ N(0, ``sample_std``² I_m), so the gradient of n
@@ -257,40 +307,84 @@ class GaussianGradientModel:
         return cls(g_t, g_s.unsqueeze(0), math.sqrt(sigma2 * n_target / m), n_target)
 
     @property
-    def m(self) -> int:
-        return int(self.target_grad.shape[0])
-
-    @property
     def sigma2(self) -> float:
         """σ² = m · sample_std² / n (exact)."""
         return self.m * self.sample_std**2 / self.n_target
 
-    @property
-    def d2(self) -> Tensor:
-        """(N,) squared distances ‖g_T − g_i‖²."""
-        return (self.target_grad - self.source_grads).square().sum(-1)
-
-    @property
-    def tau2d2(self) -> Tensor:
-        """(N,) ‖P⊥_i g_T‖², the squared distance of g_T from its projection on each source direction."""
-        u = self.source_grads / torch.linalg.vector_norm(self.source_grads, dim=-1, keepdim=True).clamp_min(1e-300)
-        return self.target_grad.square().sum() - (u @ self.target_grad).square()
+    def projected_variance(self, direction: Tensor) -> float:
+        """Isotropic noise: sample_std² / n = σ²/m in every direction."""
+        return self.sample_std**2 / self.n_target
 
     def draw_parts(self, n_draws: int, n_parts: int, generator: torch.Generator) -> Tensor:
         """(n_draws, B, m) gradients on B disjoint equal parts of a fresh D̂_T (n_target % B == 0).
 
         Part j holds n/B samples: g_j = g_T + N(0, sample_std² B / n · I); their mean is g_{D̂_T}.
         """
-        if n_parts < 1 or self.n_target % n_parts:
-            raise ValueError(f"n_parts must divide n_target = {self.n_target}, got {n_parts}")
+        self._check_parts(n_parts)
         std = self.sample_std * math.sqrt(n_parts / self.n_target)
         noise = torch.randn((n_draws, n_parts, self.m), generator=generator, dtype=torch.float64)
         return self.target_grad + std * noise
 
 
+@dataclass
+class PooledGradientModel(KnownGradientModel):
+    """A real-data model: D_T is the uniform distribution over a pool of per-sample target gradients.
+
+    Target sets are n i.i.d. draws from the pool (with replacement), so g_{D_T} is the pool mean exactly
+    and σ² = (1/n) · mean_i ‖g_i − ḡ‖² exactly (no finite-population correction). Source gradients are
+    population gradients of the source pools (e.g. the mean per-sample gradient on rotated digits).
+
+    Attributes:
+        target_pool: (P, m) per-sample gradients of the target pool (stored in float64).
+        source_grads: (N, m) population source gradients.
+        n_target: target-set size n.
+    """
+
+    target_pool: Tensor
+    source_grads: Tensor
+    n_target: int
+    target_grad: Tensor = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.target_pool = torch.as_tensor(self.target_pool, dtype=torch.float64)
+        self.source_grads = torch.as_tensor(self.source_grads, dtype=torch.float64)
+        if self.source_grads.ndim == 1:
+            self.source_grads = self.source_grads.unsqueeze(0)
+        if self.target_pool.ndim != 2 or self.source_grads.shape[-1] != self.target_pool.shape[1]:
+            raise ValueError(
+                f"target_pool must be (P, m) and source_grads (N, m); got {tuple(self.target_pool.shape)} and "
+                f"{tuple(self.source_grads.shape)}"
+            )
+        if not (isinstance(self.n_target, int) and self.n_target >= 1):
+            raise ValueError(f"n_target must be an integer >= 1, got {self.n_target!r}")
+        self.target_grad = self.target_pool.mean(0)
+
+    @property
+    def sigma2(self) -> float:
+        """σ² = E‖g_{D̂_T} − g_{D_T}‖² = (1/n) · mean_i ‖g_i − ḡ‖² for n i.i.d. draws (exact)."""
+        return float((self.target_pool - self.target_grad).square().sum(-1).mean()) / self.n_target
+
+    def projected_variance(self, direction: Tensor) -> float:
+        """uᵀ Cov u / n with Cov the pool covariance of per-sample gradients (exact)."""
+        u = direction.to(torch.float64) / torch.linalg.vector_norm(direction.to(torch.float64)).clamp_min(1e-300)
+        return float(((self.target_pool - self.target_grad) @ u).square().mean()) / self.n_target
+
+    def draw_parts(self, n_draws: int, n_parts: int, generator: torch.Generator) -> Tensor:
+        """(n_draws, B, m): for each draw, n pool indices with replacement, split into B equal parts."""
+        self._check_parts(n_parts)
+        n, m = self.n_target, self.m
+        idx = torch.randint(self.target_pool.shape[0], (n_draws, n), generator=generator)
+        out = torch.empty(n_draws, n_parts, m, dtype=torch.float64)
+        step = max(1, (1 << 24) // max(n * m, 1))  # bound the (draws, n, m) gather to ~128 MB
+        for a in range(0, n_draws, step):
+            g = self.target_pool[idx[a:a + step]]  # (t, n, m)
+            out[a:a + step] = g.view(g.shape[0], n_parts, n // n_parts, m).mean(2)
+        return out
+
+
 def monte_carlo_delta(
     rule: str | Rule,
-    model: GaussianGradientModel,
+    model: KnownGradientModel,
     *,
     beta: float | Sequence[float] | None = None,
     weights: Sequence[float] | None = None,
@@ -351,6 +445,92 @@ def fedgp_theorem_terms(v_hat: Tensor, v: Tensor, g_s: Tensor, beta: float) -> d
     return terms
 
 
+def _z_score(mean: float, expected: float, stderr: float) -> float:
+    """(mean − expected)/stderr; a deterministic quantity (stderr at rounding level) gives 0 when it
+    equals the expectation to 1e-9 relative, else ±inf."""
+    scale = max(1.0, abs(expected))
+    if stderr > 1e-12 * scale:
+        return (mean - expected) / stderr
+    if math.isnan(expected):
+        return float("nan")
+    return 0.0 if abs(mean - expected) <= 1e-9 * scale else math.copysign(math.inf, mean - expected)
+
+
+def delta_check(
+    model: KnownGradientModel,
+    betas: Sequence[float] = (0.25, 0.5, 0.75),
+    rules: Sequence[str] = ("target_only", "source_only", "fedda", "fedgp", "fedda_auto", "fedgp_auto"),
+    n_draws: int = 4000,
+    n_parts: int = 4,
+    seed: int = 0,
+):
+    """Monte-Carlo Δ² of each rule vs its closed form, in one model with known gradients.
+
+    Closed forms (spec theory.md § Delta errors), with the true σ² (``model.sigma2``), d² to the
+    weighted-average source and τ² of that source:
+
+    * target only σ², source only d², FedDA (1−β)²σ² + β²d²: **exact** for any gradient distribution;
+    * FedGP: the **mean-field** form with the measured δ̄ (share of draws where ⟨ĝ_T, g_S⟩ > 0), τ̄² = τ²,
+      m = model.m and ‖g_T‖² (single source only). It is exact only when the noise is isotropic and
+      δ̂ ≡ 1. Column ``projected`` replaces the isotropic σ²/m by the model's true projected noise
+      E⟨ĝ_T − g_T, u⟩² (:meth:`KnownGradientModel.projected_variance`): exact whenever δ̂ ≡ 1;
+    * auto rules: the **oracle optimum** (β from the true quantities); the Monte-Carlo value uses β
+      estimated from ``n_parts`` target parts, so it can only be larger in expectation.
+
+    Returns a DataFrame: rule, beta, n_target, m, sigma2, d2, tau2, delta_bar, formula, formula_kind,
+    projected, mc_mean, mc_stderr, z = (mc − formula)/stderr, seed.
+    """
+    import pandas as pd
+
+    n_src = model.source_grads.shape[0]
+    g_s = model.source_grads.mean(0)
+    g_t = model.target_grad
+    sigma2 = float(model.sigma2)
+    d2 = float((g_t - g_s).square().sum())
+    u = g_s / torch.linalg.vector_norm(g_s).clamp_min(1e-300)
+    tau2d2 = float(g_t.square().sum() - (u @ g_t) ** 2)
+    tau2 = tau2d2 / d2 if d2 > 0 else 0.0
+    rows = []
+    for k, rule in enumerate(rules):
+        r = get_rule(rule)
+        for j, beta in enumerate(betas if r.uses_beta else [float("nan")]):
+            cell_seed = seed * 1_000_003 + 100 * k + j
+            mc = monte_carlo_delta(r, model, beta=None if math.isnan(beta) else beta, n_draws=n_draws,
+                                   n_parts=n_parts, seed=cell_seed)
+            theorem, delta_bar, kind = float("nan"), float("nan"), "exact"
+            if rule == "target_only":
+                formula = delta_target_only(sigma2)
+            elif rule == "source_only":
+                formula = delta_source_only(d2)
+            elif rule == "fedda":
+                formula = delta_fedda(sigma2, d2, beta)
+            elif rule == "fedda_auto":
+                formula, kind = delta_fedda(sigma2, d2, optimal_beta_fedda(sigma2, d2)), "oracle optimum"
+            elif rule in ("fedgp", "fedgp_auto") and n_src == 1:
+                # δ̄ measured on the same draws as monte_carlo_delta (same seed, same generator sequence)
+                v_hat = model.draw_parts(n_draws, n_parts, torch.Generator().manual_seed(cell_seed)).mean(1)
+                delta_bar = float((v_hat @ g_s > 0).double().mean())
+                b = beta if rule == "fedgp" else optimal_beta_fedgp(sigma2, tau2d2, model.m)
+                formula = delta_fedgp(sigma2, d2, b, delta_bar, min(tau2, 1.0), model.m,
+                                      g_norm2=float(g_t.square().sum()))
+                kind = "mean-field" if rule == "fedgp" else "oracle optimum (mean-field)"
+                # the same expression with the true projected noise E⟨v̂ − v, u⟩² in place of δ̄σ²/m:
+                # exact when δ̂ ≡ 1 (Theorem 4.3 with the cross term's mean 0), whatever the noise's shape
+                proj = model.projected_variance(g_s)
+                theorem = ((1 - b) ** 2 * sigma2 + b**2 * delta_bar * tau2d2
+                           + (2 * b - b**2) * delta_bar * proj + b**2 * (1 - delta_bar) * float(g_t.square().sum()))
+            else:
+                formula, kind = float("nan"), "n/a (several sources)"
+            se = mc["stderr"]
+            rows.append({
+                "rule": rule, "beta": beta, "n_target": model.n_target, "m": model.m, "sigma2": sigma2,
+                "d2": d2, "tau2": tau2, "delta_bar": delta_bar, "formula": float(formula), "formula_kind": kind,
+                "projected": theorem, "mc_mean": mc["mean"], "mc_stderr": se,
+                "z": _z_score(mc["mean"], float(formula), se), "seed": cell_seed,
+            })
+    return pd.DataFrame(rows)
+
+
 def verify_delta_formulas(
     m: int,
     sigma2: float,
@@ -363,37 +543,15 @@ def verify_delta_formulas(
     seed: int = 0,
     rules: Sequence[str] = ("target_only", "source_only", "fedda", "fedgp", "fedda_auto", "fedgp_auto"),
 ):
-    """Table of Monte-Carlo Δ² vs the closed form for each rule, d² and β in the Gaussian model.
+    """:func:`delta_check` over a sweep of d² in the Gaussian model (:meth:`GaussianGradientModel.from_geometry`).
 
-    For the auto rules the closed form is the oracle optimum (β from the true σ², d², τ²d²); their
-    Monte-Carlo value uses β estimated from ``n_parts`` part gradients, so it may sit above it.
-    Returns a pandas DataFrame with columns rule, m, sigma2, d2, tau2, beta, formula, mc_mean,
-    mc_stderr, z (= (mc − formula)/stderr), seed. Each (d², β, rule) cell has its own derived seed.
+    The target lies far from the filter boundary (δ̂ ≡ 1) and the noise is isotropic, so here the
+    mean-field FedGP formula is exact too. Returns the concatenated DataFrame (one ``delta_check`` per d²).
     """
     import pandas as pd
 
-    rows = []
+    tables = []
     for i, d2 in enumerate(d2_values):
         model = GaussianGradientModel.from_geometry(m=m, sigma2=sigma2, d2=d2, tau2=tau2, n_target=n_target)
-        for j, beta in enumerate(betas):
-            for k, rule in enumerate(rules):
-                if rule in ("target_only", "source_only", "fedda_auto", "fedgp_auto") and j > 0:
-                    continue  # these rules do not depend on β: one row each
-                formula = {
-                    "target_only": lambda: delta_target_only(sigma2),
-                    "source_only": lambda: delta_source_only(d2),
-                    "fedda": lambda: delta_fedda(sigma2, d2, beta),
-                    "fedgp": lambda: delta_fedgp(sigma2, d2, beta, 1.0, tau2, m),
-                    "fedda_auto": lambda: delta_fedda(sigma2, d2, optimal_beta_fedda(sigma2, d2)),
-                    "fedgp_auto": lambda: delta_fedgp(sigma2, d2, optimal_beta_fedgp(sigma2, tau2 * d2, m), 1.0, tau2, m),
-                }[rule]()
-                cell_seed = seed * 1_000_003 + (i * 1000 + j) * 10 + k
-                mc = monte_carlo_delta(rule, model, beta=beta, n_draws=n_draws, n_parts=n_parts, seed=cell_seed)
-                rows.append({
-                    "rule": rule, "m": m, "sigma2": sigma2, "d2": d2, "tau2": tau2,
-                    "beta": beta if get_rule(rule).uses_beta else float("nan"),
-                    "formula": float(formula), "mc_mean": mc["mean"], "mc_stderr": mc["stderr"],
-                    "z": (mc["mean"] - float(formula)) / mc["stderr"] if mc["stderr"] > 0 else 0.0,
-                    "seed": cell_seed,
-                })
-    return pd.DataFrame(rows)
+        tables.append(delta_check(model, betas, rules, n_draws, n_parts, seed=seed * 7919 + i))
+    return pd.concat(tables, ignore_index=True)
