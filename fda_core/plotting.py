@@ -15,7 +15,8 @@ from matplotlib.colors import ListedColormap
 
 from .results import atomic_write, write_table
 
-__all__ = ["RULE_COLORS", "RULE_LABELS", "set_style", "save_figure", "plot_phase_diagram", "plot_delta_curves"]
+__all__ = ["RULE_COLORS", "RULE_LABELS", "set_style", "save_figure", "plot_phase_diagram", "plot_delta_curves",
+           "theory_panels", "plot_mc_vs_formula"]
 
 #: One colour and label per rule, shared by every figure.
 RULE_COLORS = {
@@ -98,4 +99,76 @@ def plot_delta_curves(betas: np.ndarray, curves: dict[str, np.ndarray], optimal:
     ax.legend(fontsize=8)
     if title:
         ax.set_title(title)
+    return ax
+
+
+def theory_panels(
+    beta: float = 0.5,
+    delta_bar: float = 1.0,
+    tau2: float = 0.5,
+    m: float = 10,
+    grid_max: float = 3.0,
+    include_auto: bool = False,
+    sigma2_point: float = 1.0,
+    d2_point: float = 2.0,
+    grid_points: int = 121,
+):
+    """The two theory panels side by side: best rule by closed-form Δ² on a (d, σ) grid (FedGP paper
+    Fig. 2 left) and Δ²(β) of FedDA/FedGP at one point (σ², d²) with the optimal β marked.
+
+    Returns ``(fig, tables)`` with ``tables = {"phase_diagram_theory": DataFrame(d, sigma, best_rule),
+    "delta_vs_beta": DataFrame(beta, fedda, fedgp, ...)}``, the numbers plotted. The slider panel of
+    :func:`fda_core.widgets.theory_explorer` redraws exactly this figure.
+    """
+    from . import theory
+
+    rules = list(theory.THEORY_RULES) + (["fedda_auto", "fedgp_auto"] if include_auto else [])
+    d = np.linspace(0, grid_max, grid_points)[1:]
+    sigma = np.linspace(0, grid_max, grid_points)[1:]
+    best = theory.phase_diagram_theory(d[None, :], sigma[:, None], beta, delta_bar, tau2, m, rules=rules)
+    betas = np.linspace(0, 1, 201)
+    curves = {
+        "fedda": theory.delta_fedda(sigma2_point, d2_point, betas),
+        "fedgp": theory.delta_fedgp(sigma2_point, d2_point, betas, delta_bar, tau2, m),
+    }
+    optimal = {
+        "fedda": theory.optimal_beta_fedda(sigma2_point, d2_point),
+        "fedgp": theory.optimal_beta_fedgp(sigma2_point, tau2 * d2_point, m, delta_bar),
+    }
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.4))
+    plot_phase_diagram(best, d, sigma, ax=ax1, title=f"Best rule by Δ² (β={beta:g}, δ̄={delta_bar:g}, τ̄²={tau2:g}, m={m:g})")
+    plot_delta_curves(betas, curves, optimal, ax=ax2, title=f"Δ²(β) at σ²={sigma2_point:g}, d²={d2_point:g}")
+    ax2.axhline(sigma2_point, color=RULE_COLORS["target_only"], ls="--", lw=1, label="target only")
+    ax2.axhline(d2_point, color=RULE_COLORS["source_only"], ls="--", lw=1, label="source only")
+    ax2.legend(fontsize=8)
+    fig.tight_layout()
+    dd, ss = np.meshgrid(d, sigma)
+    tables = {
+        "phase_diagram_theory": pd.DataFrame({"d": dd.ravel(), "sigma": ss.ravel(), "best_rule": best.ravel()}),
+        "delta_vs_beta": pd.DataFrame({"beta": betas, **curves,
+                                       "fedda_optimal_beta": optimal["fedda"], "fedgp_optimal_beta": optimal["fedgp"]}),
+    }
+    return fig, tables
+
+
+def plot_mc_vs_formula(table: pd.DataFrame, ax: plt.Axes | None = None, rules: tuple[str, ...] = ("fedda", "fedgp"),
+                       x: str = "beta", title: str | None = None, extra: str | None = "projected") -> plt.Axes:
+    """Monte-Carlo Δ² (points, ±2 standard errors) against the closed form (lines) for each rule,
+    from a :func:`fda_core.theory.delta_check` table; ``extra`` draws another formula column dashed."""
+    ax = ax or plt.gca()
+    for rule in rules:
+        t = table[table.rule == rule].sort_values(x)
+        if t.empty:
+            continue
+        c = RULE_COLORS.get(rule)
+        ax.plot(t[x], t.formula, "-", color=c, label=f"{RULE_LABELS.get(rule, rule)}: formula")
+        if extra and extra in t and t[extra].notna().any():
+            ax.plot(t[x], t[extra], "--", color=c, lw=1, label=f"{RULE_LABELS.get(rule, rule)}: with true projected noise")
+        ax.errorbar(t[x], t.mc_mean, yerr=2 * t.mc_stderr, fmt="o", ms=4, color=c, capsize=3,
+                    label=f"{RULE_LABELS.get(rule, rule)}: Monte Carlo ±2 s.e.")
+    ax.set_xlabel("β (weight of the source part)" if x == "beta" else x)
+    ax.set_ylabel("Delta error Δ²")
+    ax.legend(fontsize=7)
+    if title:
+        ax.set_title(title, fontsize=10)
     return ax

@@ -478,7 +478,7 @@ def delta_check(
       estimated from ``n_parts`` target parts, so it can only be larger in expectation.
 
     Returns a DataFrame: rule, beta, n_target, m, sigma2, d2, tau2, delta_bar, formula, formula_kind,
-    projected, mc_mean, mc_stderr, z = (mc − formula)/stderr, seed.
+    projected, z_projected, mc_mean, mc_stderr, z = (mc − formula)/stderr, seed.
     """
     import pandas as pd
 
@@ -525,7 +525,8 @@ def delta_check(
             rows.append({
                 "rule": rule, "beta": beta, "n_target": model.n_target, "m": model.m, "sigma2": sigma2,
                 "d2": d2, "tau2": tau2, "delta_bar": delta_bar, "formula": float(formula), "formula_kind": kind,
-                "projected": theorem, "mc_mean": mc["mean"], "mc_stderr": se,
+                "projected": theorem, "z_projected": _z_score(mc["mean"], theorem, se),
+                "mc_mean": mc["mean"], "mc_stderr": se,
                 "z": _z_score(mc["mean"], float(formula), se), "seed": cell_seed,
             })
     return pd.DataFrame(rows)

@@ -1,0 +1,51 @@
+"""Slider panels for the notebooks, built on the same plotting functions that save the static figures.
+
+They degrade gracefully in batch runs (papermill, nbmake, no browser): building a panel runs its
+drawing function once with the default values, and the notebooks save their static figures separately
+from the parameter values, so nothing depends on a front end being present.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["theory_explorer"]
+
+
+def theory_explorer(
+    beta: float = 0.5,
+    delta_bar: float = 1.0,
+    tau2: float = 0.5,
+    m: int = 10,
+    grid_max: float = 3.0,
+    include_auto: bool = False,
+    sigma2_point: float = 1.0,
+    d2_point: float = 2.0,
+) -> Any:
+    """Sliders for β, δ̄, τ̄², m, the grid range and the (σ², d²) point, and a toggle for the auto rules,
+    redrawing :func:`fda_core.plotting.theory_panels` (phase diagram + Δ²(β) curves).
+
+    Returns an ``ipywidgets.interactive`` (display it, or let it be the cell's last expression).
+    """
+    import ipywidgets as w
+    import matplotlib.pyplot as plt
+
+    from .plotting import theory_panels
+
+    def draw(beta, delta_bar, tau2, m, grid_max, include_auto, sigma2_point, d2_point):
+        fig, _ = theory_panels(beta, delta_bar, tau2, m, grid_max, include_auto, sigma2_point, d2_point, grid_points=81)
+        plt.show()
+        plt.close(fig)
+
+    style = {"description_width": "initial"}
+    return w.interactive(
+        draw,
+        beta=w.FloatSlider(value=beta, min=0.0, max=1.0, step=0.05, description="β", style=style),
+        delta_bar=w.FloatSlider(value=delta_bar, min=0.0, max=1.0, step=0.05, description="δ̄", style=style),
+        tau2=w.FloatSlider(value=tau2, min=0.0, max=1.0, step=0.05, description="τ̄²", style=style),
+        m=w.IntSlider(value=m, min=1, max=1000, step=1, description="m", style=style),
+        grid_max=w.FloatSlider(value=grid_max, min=0.5, max=10.0, step=0.5, description="grid range", style=style),
+        include_auto=w.Checkbox(value=include_auto, description="auto-weighted rules"),
+        sigma2_point=w.FloatSlider(value=sigma2_point, min=0.05, max=5.0, step=0.05, description="σ² (curves)", style=style),
+        d2_point=w.FloatSlider(value=d2_point, min=0.05, max=10.0, step=0.05, description="d² (curves)", style=style),
+    )
