@@ -56,7 +56,8 @@ def _check_inputs(part_grads: Tensor, source_grads: Tensor) -> tuple[Tensor, Ten
         torch.broadcast_shapes(src.shape[:-2], part_grads.shape[:-2])
     except RuntimeError:
         raise ValueError(
-            f"batch dimensions of part_grads {tuple(part_grads.shape[:-2])} and source_grads {tuple(src.shape[:-2])} differ"
+            f"batch dimensions of part_grads {tuple(part_grads.shape[:-2])} and source_grads {tuple(src.shape[:-2])} "
+            "differ; with batched part_grads (*batch, B, m), pass N sources as (*batch, N, m) (e.g. expand them)"
         ) from None
     if not bool(torch.isfinite(part_grads).all()):
         raise ValueError("part_grads contains NaN or inf")
@@ -72,7 +73,9 @@ def estimate_deltas(part_grads: Tensor, source_grads: Tensor) -> dict[str, Tenso
         part_grads: (B, m) gradients on B ≥ 2 disjoint equal parts of the target data; leading batch
             dims (*batch, B, m) give one estimate per batch entry (e.g. several parameter points θ ∼ π,
             whose mean stays unbiased).
-        source_grads: (m,) one source or (N, m) N sources (with the same leading batch dims).
+        source_grads: (m,) one source or (N, m) N sources (with the same leading batch dims). The rule:
+            ``source_grads.ndim == part_grads.ndim - 1`` means one source, ``==`` means N sources; so with
+            batched parts (T, B, m), N sources must be given as (T, N, m) (``.expand`` costs nothing).
     Returns:
         ``{"sigma2": (*batch,), "d2": (*batch, N), "tau2d2": (*batch, N), "n_parts": B}``; for a single
         (m,) source, ``d2`` and ``tau2d2`` have shape (*batch,). The estimates are NOT clamped: they are

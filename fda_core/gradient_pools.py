@@ -67,6 +67,13 @@ def mnist_pools(
     )
 
 
+def _mean_gradient(net: nn.Module, loss, x: Tensor, y: Tensor) -> Tensor:
+    """Gradient of the mean loss over (x, y) (= the mean per-sample gradient), one backward pass."""
+    params = [p for p in net.parameters() if p.requires_grad]
+    grads = torch.autograd.grad(loss(net(x), y), params)
+    return torch.cat([g.reshape(-1) for g in grads]).detach()
+
+
 def mnist_gradient_models(
     pools: MnistPools,
     n_target: int = 64,
@@ -97,6 +104,6 @@ def mnist_gradient_models(
                 loss(net(pools.source_x), pools.source_y).backward()
                 opt.step()
         pool = per_sample_gradients(net, loss, pools.target_x, pools.target_y)
-        src = per_sample_gradients(net, loss, pools.source_x, pools.source_y).mean(0)
+        src = _mean_gradient(net, loss, pools.source_x, pools.source_y)
         models.append(PooledGradientModel(pool, src.unsqueeze(0), n_target))
     return models

@@ -7,9 +7,10 @@ from the parameter values, so nothing depends on a front end being present.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["theory_explorer"]
+__all__ = ["theory_explorer", "estimator_explorer"]
 
 
 def theory_explorer(
@@ -48,4 +49,40 @@ def theory_explorer(
         include_auto=w.Checkbox(value=include_auto, description="auto-weighted rules"),
         sigma2_point=w.FloatSlider(value=sigma2_point, min=0.05, max=5.0, step=0.05, description="σ² (curves)", style=style),
         d2_point=w.FloatSlider(value=d2_point, min=0.05, max=10.0, step=0.05, description="d² (curves)", style=style),
+    )
+
+
+def estimator_explorer(model: Any, B_values: Sequence[int], n_values: Sequence[int],
+                       B: int | None = None, n: int | None = None, n_draws: int = 2000, seed: int = 0) -> Any:
+    """Sliders for B and n redrawing :func:`plot_estimator_spread` (fresh draws for each choice).
+
+    Returns an ``ipywidgets.interactive`` (display it). Building it draws the figure once at the
+    initial values (so a batch run without a browser just executes it once); pairs where n is not
+    divisible by B print a message instead of failing. Notebooks save their static figure separately.
+    """
+    import ipywidgets as w
+    import matplotlib.pyplot as plt
+
+    from .estimator_checks import _check_B, _check_n, plot_estimator_spread
+
+    bs = sorted({_check_B(b, "B_values") for b in B_values})
+    ns = sorted({_check_n(v, "n_values") for v in n_values})
+    B = bs[0] if B is None else B
+    n = ns[0] if n is None else n
+    if B not in bs or n not in ns:
+        raise ValueError(f"initial B={B}, n={n} must be among B_values={bs} and n_values={ns}")
+
+    def draw(B: int, n: int) -> None:
+        if n % B:
+            print(f"n = {n} is not divisible by B = {B}: the parts would not have equal sizes; pick another pair.")
+            return
+        fig, _ = plot_estimator_spread(model, B, n, n_draws, seed)
+        plt.show()
+        plt.close(fig)
+
+    style = {"description_width": "initial"}
+    return w.interactive(
+        draw,
+        B=w.SelectionSlider(options=bs, value=B, description="B (parts)", style=style),
+        n=w.SelectionSlider(options=ns, value=n, description="n (target points)", style=style),
     )

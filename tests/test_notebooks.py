@@ -5,6 +5,7 @@ from functools import lru_cache
 from pathlib import Path
 from statistics import NormalDist
 
+import numpy as np
 import pandas as pd
 import papermill as pm
 import pytest
@@ -75,3 +76,39 @@ def test_01_numbers(out_root):
     assert (auto.mc_mean >= auto.formula - 4 * auto.mc_stderr).all()
     theory = _read(figures / "theory_panels.csv")
     assert set(theory.best_rule) == {"source_only", "fedda", "fedgp", "target_only"}
+
+
+def test_03_numbers(out_root):
+    from fda_core import estimator_checks as ec
+
+    figures = executed("03_unbiased_estimators", out_root)
+    for name in ("gaussian_unbiasedness", "gaussian_spread", "clamping", "real_unbiasedness", "real_spread",
+                 "auto_beta", "spread_at_point", "coverage"):
+        for ext in ("png", "pdf", "csv"):
+            assert (figures / f"{name}.{ext}").exists(), f"{name}.{ext} missing"
+    path = figures / "estimator_check.csv"
+    assert path.read_text().startswith("# "), "the CSV must start with its setting note"
+    t = pd.read_csv(path, comment="#")
+    for col in ("quantity", "B", "n", "mean", "ci_low", "ci_high", "truth", "covered", "clamped_mean", "z_crit"):
+        assert col in t
+    assert set(t.quantity) == {"sigma2", "d2", "tau2d2"} and set(t.model) == {"gaussian", "real digits"}
+    assert set(t.B) == {2, 4} and set(t.n) == {16, 32}
+    assert (t.point == "average over π").any()
+    # every raw estimator is unbiased: its simultaneous interval covers the exact truth (recomputed here)
+    assert np.allclose(t.z_crit, ec.bonferroni_z(len(t), 0.95))
+    assert ((t.ci_low <= t.truth) & (t.truth <= t.ci_high)).all(), t[~t.covered]
+    assert t.covered.all()
+    # clamping at 0 can only raise the mean; σ̂² is never negative, so clamping leaves it unchanged
+    assert (t.clamped_mean >= t["mean"] - 1e-12).all()
+    s2 = t[t.quantity == "sigma2"]
+    assert np.allclose(s2.clamped_mean, s2["mean"]) and (s2.frac_negative == 0).all()
+    # the close Gaussian source really has negative draws, and clamping biases it upwards
+    close = t[(t.model == "gaussian") & (t.quantity == "d2") & (t.source == 1)]
+    assert (close.frac_negative > 0.1).all() and (close.clamped_bias > 0).all()
+    beta = pd.read_csv(figures / "auto_beta.csv", comment="#")
+    cols = ["beta_mean", "beta_optimal", "beta_q05", "beta_q95"]
+    assert beta[cols].notna().all().all() and ((beta[cols] >= 0) & (beta[cols] <= 1)).all().all()
+    assert set(beta.model) == {"gaussian", "real θ0"} and set(beta.rule) == {"fedda", "fedgp"}
+    # where the signal is clear (Gaussian far source, real source) the estimated β is near the optimum
+    clear = beta[(beta.source == 0)]
+    assert (clear.beta_mean - clear.beta_optimal).abs().max() < 0.15
