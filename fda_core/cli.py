@@ -129,7 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
         "  seed: [1, 2]         # scalars are fixed for every set;\n"
         "  method: fedgp        # fix a list-valued parameter as xs: [[1, 2]]\n"
         "or {grid: {...}} / {sets: [...]} wrapping either form.\n\n"
-        "Example:\n  fda sweep 01 -f grid.yaml --jobs 2 -p n_draws 100",
+        "Notebooks write their figures to their figures_dir parameter: give each set its own\n"
+        "(e.g. a list of sets with figures_dir: figures/sweep/a, ...) or they overwrite each other.\n\n"
+        "Example:\n  fda sweep 01 -f grid.yaml --jobs 2 -p mc_draws 100",
     )
     p_sweep.add_argument("notebook", metavar="NOTEBOOK", help=_NOTEBOOK_HELP)
     p_sweep.add_argument("-f", "--grid", required=True, type=Path, metavar="YAML", help="the sweep file (see below)")
