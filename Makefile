@@ -37,6 +37,7 @@ test-fast: setup
 
 benchmark: setup
 	$(PY) benchmarks/aggregation.py
+	$(PY) benchmarks/phase_diagram.py
 
 clean:
 	rm -rf executed .pytest_cache .hypothesis

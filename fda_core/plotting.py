@@ -16,7 +16,7 @@ from matplotlib.colors import ListedColormap
 from .results import atomic_write, write_table
 
 __all__ = ["RULE_COLORS", "RULE_LABELS", "set_style", "save_figure", "plot_phase_diagram", "plot_delta_curves",
-           "theory_panels", "plot_mc_vs_formula"]
+           "theory_panels", "plot_mc_vs_formula", "plot_cell_grid"]
 
 #: One colour and label per rule, shared by every figure.
 RULE_COLORS = {
@@ -169,6 +169,39 @@ def plot_mc_vs_formula(table: pd.DataFrame, ax: plt.Axes | None = None, rules: t
     ax.set_xlabel("β (weight of the source part)" if x == "beta" else x)
     ax.set_ylabel("Delta error Δ²")
     ax.legend(fontsize=7)
+    if title:
+        ax.set_title(title, fontsize=10)
+    return ax
+
+
+def plot_cell_grid(cells: pd.DataFrame, column: str, ax: plt.Axes | None = None, title: str | None = None) -> plt.Axes:
+    """Best rule per measured cell of a (shift level × subset size) grid, one colour per rule.
+
+    ``cells`` has one row per cell with ``shift_index``, ``size_index``, ``d`` and ``sigma`` (measured at
+    the initialisation) and the rule names in ``column``. The x axis orders shift levels (labelled with
+    their measured d), the y axis subset sizes (labelled with their measured σ, growing upwards), as in the papers' figure.
+    Method labels like ``fedgp_0.5`` / ``fedgp_auto`` are coloured as their rule.
+    """
+    ax = ax or plt.gca()
+    shifts = sorted(cells.shift_index.unique())
+    sizes = sorted(cells.size_index.unique())
+    rule_of = lambda name: name if name in RULE_COLORS else name.rsplit("_", 1)[0]  # noqa: E731
+    rules = [r for r in RULE_COLORS if r in {rule_of(v) for v in cells[column]}]
+    index = {r: i for i, r in enumerate(rules)}
+    grid = np.full((len(sizes), len(shifts)), np.nan)
+    for _, c in cells.iterrows():
+        grid[sizes.index(c.size_index), shifts.index(c.shift_index)] = index[rule_of(c[column])]
+    ax.pcolormesh(np.arange(len(shifts)), np.arange(len(sizes)), grid, shading="nearest",
+                  cmap=ListedColormap([RULE_COLORS[r] for r in rules]), vmin=-0.5, vmax=len(rules) - 0.5)
+    d_lab = cells.groupby("shift_index").d.mean().reindex(shifts)
+    s_lab = cells.groupby("size_index").sigma.mean().reindex(sizes)
+    ax.set_xticks(range(len(shifts)), [f"{v:.2g}" for v in d_lab], rotation=45, fontsize=7)
+    ax.set_yticks(range(len(sizes)), [f"{v:.2g}" for v in s_lab], fontsize=7)
+    ax.invert_yaxis()  # the smallest subset (largest σ) on top, as σ grows upwards in the theory panel
+    ax.set_xlabel("source–target distance d (by shift level)")
+    ax.set_ylabel("target std σ (by subset size)")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=RULE_COLORS[r]) for r in rules]
+    ax.legend(handles, [RULE_LABELS[r] for r in rules], loc="upper left", fontsize=7, framealpha=0.9)
     if title:
         ax.set_title(title, fontsize=10)
     return ax

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["theory_explorer", "estimator_explorer"]
+__all__ = ["theory_explorer", "estimator_explorer", "curves_explorer"]
 
 
 def theory_explorer(
@@ -85,4 +85,42 @@ def estimator_explorer(model: Any, B_values: Sequence[int], n_values: Sequence[i
         draw,
         B=w.SelectionSlider(options=bs, value=B, description="B (parts)", style=style),
         n=w.SelectionSlider(options=ns, value=n, description="n (target points)", style=style),
+    )
+
+
+def curves_explorer(result: Any, methods: Sequence[str] | None = None) -> Any:
+    """Sliders for the shift level, the subset size and the trial of a
+    :class:`fda_core.synthetic.GridResult`, drawing the target test-loss curves of every method there."""
+    import ipywidgets as w
+    import matplotlib.pyplot as plt
+
+    from .plotting import RULE_COLORS
+
+    table = result.table
+    methods = list(methods or table["method"].unique())
+    shifts = sorted(table.shift_index.unique())
+    sizes = sorted(table.size_index.unique())
+    trials = sorted(table.trial.unique())
+
+    def draw(shift_index: int, size_index: int, trial: int) -> None:
+        fig, ax = plt.subplots(figsize=(6, 3.8))
+        for mth in methods:
+            steps, loss = result.curve(shift_index, size_index, mth, trial=trial)
+            rule = mth if mth in RULE_COLORS else mth.rsplit("_", 1)[0]
+            ax.plot(steps, loss, label=mth, color=RULE_COLORS.get(mth, RULE_COLORS.get(rule)),
+                    ls="--" if mth.endswith("auto") else "-")
+        row = table[(table.shift_index == shift_index) & (table.size_index == size_index)].iloc[0]
+        ax.set_yscale("log")
+        ax.set_xlabel("step")
+        ax.set_ylabel("target test MSE")
+        ax.set_title(f"shift {row['shift']:.3g}, target subset {row['subset_size']}, trial {trial}", fontsize=10)
+        ax.legend(fontsize=7)
+        plt.show()
+        plt.close(fig)
+
+    return w.interactive(
+        draw,
+        shift_index=w.SelectionSlider(options=shifts, value=shifts[len(shifts) // 2], description="shift level"),
+        size_index=w.SelectionSlider(options=sizes, value=sizes[len(sizes) // 2], description="subset size"),
+        trial=w.SelectionSlider(options=trials, value=trials[0], description="trial"),
     )

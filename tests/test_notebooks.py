@@ -16,6 +16,7 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 # Per-notebook overrides that keep the test quick; everything else runs with its defaults.
 QUICK = {
     "01_delta_errors": {"quick": True},
+    "02_phase_diagram": {"quick": True},
     "03_unbiased_estimators": {"quick": True},
 }
 
@@ -112,3 +113,29 @@ def test_03_numbers(out_root):
     # where the signal is clear (Gaussian far source, real source) the estimated β is near the optimum
     clear = beta[(beta.source == 0)]
     assert (clear.beta_mean - clear.beta_optimal).abs().max() < 0.15
+
+
+def test_02_numbers(out_root):
+    figures = executed("02_phase_diagram", out_root)
+    panels = _read(figures / "phase_diagram.csv")
+    fixed = panels[panels.panel == "fixed beta"]
+    assert len(fixed) == 16  # quick: 4 shift levels x 4 subset sizes
+    rules = {"source_only", "fedda_0.5", "fedgp_0.5", "target_only"}
+    assert set(fixed.best_by_delta_mc) <= rules and set(fixed.best_by_loss) <= rules
+    # the best rule by Delta error is the one with the smallest Monte-Carlo Delta error of its row
+    for _, row in fixed.iterrows():
+        deltas = {r: row[f"delta_mc[{r}]"] for r in rules}
+        assert row.best_by_delta_mc == min(deltas, key=deltas.get)
+    # the unshifted source (level 0) is the target distribution itself: d = 0 there
+    assert fixed[fixed.shift_index == 0].d.max() < 1e-6
+    # d grows with the shift level and σ shrinks with the subset size (the axes of the diagram)
+    d = fixed.groupby("shift_index").d.mean().to_numpy()
+    s = fixed.groupby("size_index").sigma.mean().to_numpy()
+    assert (np.diff(d) > 0).all() and (np.diff(s) < 0).all()
+    agreement = _read(figures / "agreement.csv")
+    assert set(agreement.n_cells) == {16} and agreement.share_same_rule.between(0, 1).all()
+    runs = _read(figures / "phase_diagram_runs.csv")
+    for col in ("shift", "subset_size", "trial", "rule", "beta_used", "d2", "sigma2", "tau2d2", "delta_mc",
+                "final_test_loss"):
+        assert col in runs, col
+    assert not runs.diverged.any()
