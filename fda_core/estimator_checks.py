@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any, Literal
 
@@ -82,64 +81,9 @@ _CHUNK_ELEMENTS = 1 << 22
 # ---------------------------------------------------------------------------------------------
 # An anisotropic Gaussian model
 # ---------------------------------------------------------------------------------------------
-@dataclass
-class AnisotropicGaussianModel(KnownGradientModel):
-    """Gaussian per-sample gradients with a different noise variance per coordinate.
-
-    Per-sample target gradients are g_T + ξ with ξ ~ N(0, diag(``sample_std``²)), so the gradient of n
-    samples is g_{D̂_T} = g_T + N(0, diag(sample_std²)/n) and σ² = Σ_c sample_std_c² / n exactly. The
-    sources are fixed population gradients. Real gradient noise is concentrated in few directions; this
-    model has that feature while keeping every moment in closed form (:func:`gaussian_estimator_std`).
-
-    Attributes:
-        target_grad: (m,) population target gradient g_{D_T}.
-        source_grads: (N, m) population source gradients.
-        sample_std: (m,) per-coordinate standard deviation of one per-sample gradient.
-        n_target: target-set size n.
-    """
-
-    target_grad: Tensor
-    source_grads: Tensor
-    sample_std: Tensor
-    n_target: int
-
-    def __post_init__(self) -> None:
-        self.target_grad = torch.as_tensor(self.target_grad, dtype=torch.float64)
-        self.source_grads = torch.as_tensor(self.source_grads, dtype=torch.float64)
-        self.sample_std = torch.as_tensor(self.sample_std, dtype=torch.float64)
-        if self.source_grads.ndim == 1:
-            self.source_grads = self.source_grads.unsqueeze(0)
-        m = self.target_grad.shape[0] if self.target_grad.ndim == 1 else -1
-        if m < 1 or self.source_grads.ndim != 2 or self.source_grads.shape[1] != m or self.sample_std.shape != (m,):
-            raise ValueError(
-                "target_grad must be (m,), source_grads (N, m) and sample_std (m,); got "
-                f"{tuple(self.target_grad.shape)}, {tuple(self.source_grads.shape)}, {tuple(self.sample_std.shape)}"
-            )
-        if not bool(torch.isfinite(self.sample_std).all()) or bool((self.sample_std < 0).any()):
-            raise ValueError("sample_std must be finite and >= 0")
-        if not (isinstance(self.n_target, int) and self.n_target >= 1):
-            raise ValueError(f"n_target must be an integer >= 1, got {self.n_target!r}")
-
-    @property
-    def sigma2(self) -> float:
-        """σ² = Σ_c sample_std_c² / n (exact)."""
-        return float(self.sample_std.square().sum()) / self.n_target
-
-    def projected_variance(self, direction: Tensor) -> float:
-        """E⟨ĝ_T − g_T, u⟩² = Σ_c u_c² sample_std_c² / n (exact)."""
-        d = direction.to(torch.float64)
-        u = d / torch.linalg.vector_norm(d).clamp_min(1e-300)
-        return float((u.square() * self.sample_std.square()).sum()) / self.n_target
-
-    def draw_parts(self, n_draws: int, n_parts: int, generator: torch.Generator) -> Tensor:
-        """(n_draws, B, m) gradients on B disjoint equal parts of a fresh D̂_T (n_target % B == 0).
-
-        Part j holds n/B samples: g_j = g_T + N(0, diag(sample_std²) B / n).
-        """
-        self._check_parts(n_parts)
-        std = self.sample_std * math.sqrt(n_parts / self.n_target)
-        noise = torch.randn((n_draws, n_parts, self.m), generator=generator, dtype=torch.float64)
-        return self.target_grad + std * noise
+#: A Gaussian model with per-coordinate noise: :class:`fda_core.theory.GaussianGradientModel` with an
+#: (m,) ``sample_std`` (kept under this name for readability of the checks).
+AnisotropicGaussianModel = GaussianGradientModel
 
 
 def anisotropic_gaussian_model(
@@ -252,11 +196,7 @@ def true_quantities(model: KnownGradientModel, n: int | None = None) -> dict[str
 
 def _sample_variances(model: KnownGradientModel) -> Tensor | None:
     """(m,) per-coordinate variance of one per-sample gradient for the Gaussian models, else None."""
-    if isinstance(model, AnisotropicGaussianModel):
-        return model.sample_std.square()
-    if isinstance(model, GaussianGradientModel):
-        return torch.full((model.m,), float(model.sample_std) ** 2, dtype=torch.float64)
-    return None
+    return model.sample_variances if isinstance(model, GaussianGradientModel) else None
 
 
 def gaussian_estimator_std(model: KnownGradientModel, B: int, n: int | None = None) -> dict[str, np.ndarray]:

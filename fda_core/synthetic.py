@@ -97,6 +97,7 @@ __all__ = [
     "resolve_device",
     "auto_chunk_size",
     "agreement_summary",
+    "run_phase_diagram",
 ]
 
 N_INPUTS, N_HIDDEN, N_OUTPUTS = 50, 100, 10
@@ -1447,3 +1448,76 @@ def agreement_summary(result: GridResult, metrics: Any, methods: Sequence[str], 
         "share_same_rule_formula": float((cmp["best_by_formula"] == cmp["best_by_loss"]).mean()),
         "share_same_or_within_noise": float(np.nanmean(within_arr)) if n_trials >= 2 else float("nan"),
     }
+
+
+def _grid_to_json(result: GridResult) -> dict[str, Any]:
+    return {"table": result.table.to_dict(orient="split"), "curves": result.curves.tolist(),
+            "eval_steps": result.eval_steps.tolist(), "config": result.config, "timing": result.timing}
+
+
+def _grid_from_json(obj: dict[str, Any]) -> GridResult:
+    import pandas as pd
+
+    table = pd.DataFrame(**{k: obj["table"][k] for k in ("data", "columns")})
+    return GridResult(table, np.asarray(obj["curves"], dtype=float), np.asarray(obj["eval_steps"]),
+                      obj["config"], obj["timing"])
+
+
+def run_phase_diagram(
+    data: SyntheticData,
+    *,
+    store: Any = None,
+    betas: Sequence[float] = (0.5,),
+    steps: int = 300,
+    lr: float = 0.2,
+    momentum: float = 0.9,
+    n_parts: int = 2,
+    reestimate_every: int | None = None,
+    n_subsets: int = 200,
+    device: str | torch.device = "auto",
+    progress: bool = True,
+):
+    """Train every (shift, size, rule) of every trial and measure the cells at θ0, one trial at a time,
+    reusing the trials already in ``store`` (a :class:`fda_core.results.ResultStore`), so a long run
+    (``paper_scale``) that was interrupted resumes at the first unfinished trial.
+
+    Returns ``(GridResult, metrics DataFrame)`` for all trials, as :func:`train_grid` and
+    :func:`init_metrics` would (curves' ``row`` indices renumbered across trials).
+    """
+    import pandas as pd
+
+    from . import __version__
+
+    base = {
+        "n_points": data.n_points, "shift_levels": [float(v) for v in data.shift_levels],
+        "subset_sizes": list(data.subset_sizes), "n_trials": data.n_trials, "seed": data.seed,
+        "betas": [float(b) for b in betas], "steps": steps, "lr": lr, "momentum": momentum, "n_parts": n_parts,
+        "reestimate_every": reestimate_every, "n_subsets": n_subsets, "fda_core": __version__,
+    }
+    grids, metrics = [], []
+    for t in range(data.n_trials):
+        def compute(t: int = t) -> dict[str, Any]:
+            res = train_grid(data, betas=betas, steps=steps, lr=lr, momentum=momentum, n_parts=n_parts,
+                             reestimate_every=reestimate_every, trials=[t], device=device, progress=progress)
+            met = init_metrics(data, betas=betas, n_subsets=n_subsets, n_parts=n_parts, trials=[t],
+                               device=device, progress=progress)
+            return {"grid": _grid_to_json(res), "metrics": met.to_dict(orient="split")}
+
+        config = {**base, "trial": t}
+        out = store.cached("synthetic_phase_diagram", config, compute) if store is not None else compute()
+        grids.append(_grid_from_json(out["grid"]))
+        metrics.append(pd.DataFrame(**{k: out["metrics"][k] for k in ("data", "columns")}))
+    offset, tables = 0, []
+    for g in grids:
+        tab = g.table.copy()
+        tab["row"] = tab["row"] + offset
+        if "trajectory" in tab:
+            tab["trajectory"] = tab["trajectory"] + offset
+        offset += g.curves.shape[0]
+        tables.append(tab)
+    timing = {"wall_s": float(sum(g.timing.get("wall_s", 0.0) for g in grids)), "trials": len(grids),
+              "device": grids[0].timing.get("device"),
+              "n_trainings_run": int(sum(g.timing.get("n_trainings_run", 0) for g in grids))}
+    combined = GridResult(pd.concat(tables, ignore_index=True), np.concatenate([g.curves for g in grids]),
+                          grids[0].eval_steps, {**grids[0].config, "trials": list(range(data.n_trials))}, timing)
+    return combined, pd.concat(metrics, ignore_index=True)

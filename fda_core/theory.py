@@ -239,6 +239,20 @@ class KnownGradientModel:
         """The same model with another target-set size n."""
         return dataclasses.replace(self, n_target=n_target)
 
+    def _validate(self, first: Tensor, first_name: str, first_shape: str) -> None:
+        """Common checks of __post_init__: float64 sources (N, m) matching ``first``'s last dim, n >= 1."""
+        self.source_grads = torch.as_tensor(self.source_grads, dtype=torch.float64)
+        if self.source_grads.ndim == 1:
+            self.source_grads = self.source_grads.unsqueeze(0)
+        expected_ndim = 1 if first_shape == "(m,)" else 2
+        if first.ndim != expected_ndim or self.source_grads.shape[-1] != first.shape[-1]:
+            raise ValueError(
+                f"{first_name} must be {first_shape} and source_grads (N, m); got {tuple(first.shape)} and "
+                f"{tuple(self.source_grads.shape)}"
+            )
+        if not (isinstance(self.n_target, int) and self.n_target >= 1):
+            raise ValueError(f"n_target must be an integer >= 1, got {self.n_target!r}")
+
     def _check_parts(self, n_parts: int) -> None:
         if n_parts < 1 or self.n_target % n_parts:
             raise ValueError(f"n_parts must divide n_target = {self.n_target}, got {n_parts}")
@@ -248,14 +262,15 @@ class KnownGradientModel:
 class GaussianGradientModel(KnownGradientModel):
     """A model where the population target gradient is known.
 
-    Per-sample target gradients are g_T + ξ with ξ ~ N(0, ``sample_std``² I_m), so the gradient of n
-    target samples is g_{D̂_T} = g_T + N(0, sample_std²/n · I) and σ² = m · sample_std² / n exactly.
+    Per-sample target gradients are g_T + ξ with ξ ~ N(0, diag(``sample_std``²)) (a number: isotropic
+    noise; an (m,) tensor: per-coordinate), so the gradient of n target samples is
+    g_{D̂_T} = g_T + N(0, diag(sample_std²)/n) and σ² = Σ_c sample_std_c² / n exactly.
     Source gradients are fixed population gradients (rows of ``source_grads``), so d_i² = ‖g_T − g_i‖².
 
     Attributes:
         target_grad: (m,) population target gradient g_{D_T}.
         source_grads: (N, m) population source gradients g_{S_i}.
-        sample_std: per-coordinate standard deviation of one per-sample gradient.
+        sample_std: standard deviation of one per-sample gradient: a number, or (m,) per coordinate.
         n_target: number of labelled target samples n.
     """
 
@@ -266,18 +281,23 @@ class GaussianGradientModel(KnownGradientModel):
 
     def __post_init__(self) -> None:
         self.target_grad = torch.as_tensor(self.target_grad, dtype=torch.float64)
-        self.source_grads = torch.as_tensor(self.source_grads, dtype=torch.float64)
-        if self.source_grads.ndim == 1:
-            self.source_grads = self.source_grads.unsqueeze(0)
-        if self.target_grad.ndim != 1 or self.source_grads.shape[-1] != self.target_grad.shape[0]:
-            raise ValueError(
-                f"target_grad must be (m,) and source_grads (N, m); got {tuple(self.target_grad.shape)} and "
-                f"{tuple(self.source_grads.shape)}"
-            )
-        if not (self.sample_std >= 0 and math.isfinite(self.sample_std)):
-            raise ValueError(f"sample_std must be a finite number >= 0, got {self.sample_std!r}")
-        if not (isinstance(self.n_target, int) and self.n_target >= 1):
-            raise ValueError(f"n_target must be an integer >= 1, got {self.n_target!r}")
+        self._validate(self.target_grad, "target_grad", "(m,)")
+        std = torch.as_tensor(self.sample_std, dtype=torch.float64)
+        if std.ndim == 0:
+            if not (float(std) >= 0 and math.isfinite(float(std))):
+                raise ValueError(f"sample_std must be a finite number >= 0, got {self.sample_std!r}")
+            self.sample_std = float(std)
+        else:
+            if std.shape != (self.m,):
+                raise ValueError(f"sample_std must be a number or of shape (m,) = ({self.m},), got {tuple(std.shape)}")
+            if not bool(torch.isfinite(std).all()) or bool((std < 0).any()):
+                raise ValueError("sample_std must be finite and >= 0")
+            self.sample_std = std
+
+    @property
+    def sample_variances(self) -> Tensor:
+        """(m,) per-coordinate variance of one per-sample gradient."""
+        return torch.as_tensor(self.sample_std, dtype=torch.float64).square().expand(self.m)
 
     @classmethod
     def from_geometry(
@@ -308,12 +328,14 @@ class GaussianGradientModel(KnownGradientModel):
 
     @property
     def sigma2(self) -> float:
-        """σ² = m · sample_std² / n (exact)."""
-        return self.m * self.sample_std**2 / self.n_target
+        """σ² = Σ_c sample_std_c² / n (= m · sample_std² / n for isotropic noise; exact)."""
+        return float(self.sample_variances.sum()) / self.n_target
 
     def projected_variance(self, direction: Tensor) -> float:
-        """Isotropic noise: sample_std² / n = σ²/m in every direction."""
-        return self.sample_std**2 / self.n_target
+        """E⟨ĝ_T − g_T, u⟩² = Σ_c u_c² sample_std_c² / n (= σ²/m in every direction when isotropic)."""
+        d = direction.to(torch.float64)
+        u = d / torch.linalg.vector_norm(d).clamp_min(1e-300)
+        return float((u.square() * self.sample_variances).sum()) / self.n_target
 
     def draw_parts(self, n_draws: int, n_parts: int, generator: torch.Generator) -> Tensor:
         """(n_draws, B, m) gradients on B disjoint equal parts of a fresh D̂_T (n_target % B == 0).
@@ -347,16 +369,7 @@ class PooledGradientModel(KnownGradientModel):
 
     def __post_init__(self) -> None:
         self.target_pool = torch.as_tensor(self.target_pool, dtype=torch.float64)
-        self.source_grads = torch.as_tensor(self.source_grads, dtype=torch.float64)
-        if self.source_grads.ndim == 1:
-            self.source_grads = self.source_grads.unsqueeze(0)
-        if self.target_pool.ndim != 2 or self.source_grads.shape[-1] != self.target_pool.shape[1]:
-            raise ValueError(
-                f"target_pool must be (P, m) and source_grads (N, m); got {tuple(self.target_pool.shape)} and "
-                f"{tuple(self.source_grads.shape)}"
-            )
-        if not (isinstance(self.n_target, int) and self.n_target >= 1):
-            raise ValueError(f"n_target must be an integer >= 1, got {self.n_target!r}")
+        self._validate(self.target_pool, "target_pool", "(P, m)")
         self.target_grad = self.target_pool.mean(0)
 
     @property

@@ -28,6 +28,8 @@ def executed(stem: str, out_root: str) -> Path:
     out = Path(out_root) / stem
     out.mkdir(parents=True, exist_ok=True)
     params = {"figures_dir": str(out / "figures"), **QUICK.get(stem, {})}
+    if "results_dir" in pm.inspect_notebook(str(nb)):  # keep the tests' result stores out of the repository
+        params["results_dir"] = str(out / "results")
     pm.execute_notebook(str(nb), str(out / nb.name), parameters=params, cwd=str(ROOT), kernel_name="python3",
                         progress_bar=False)
     return out / "figures"

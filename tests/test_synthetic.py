@@ -210,3 +210,38 @@ def test_benchmark_smoke(tmp_path):
     out = tmp_path / "b.json"
     report = bench.main(["--quick", "--device", "cpu", "--json", str(out)])
     assert out.exists() and "batched" in report and "ratio" in report and "paper scale" in report
+
+
+def test_run_phase_diagram_store_reuses_and_resumes(tmp_path, monkeypatch):
+    from fda_core.results import ResultStore
+
+    data = S.make_phase_diagram_data(n_points=200, shift_levels=[0.0, 0.3], subset_sizes=[8, 40], n_trials=2, seed=1)
+    kw = dict(steps=5, n_subsets=10, progress=False, device="cpu")
+    store = ResultStore(tmp_path)
+    calls = []
+    real_train = S.train_grid
+
+    def failing_on_trial_1(*args, **kwargs):
+        calls.append(kwargs["trials"])
+        if kwargs["trials"] == [1] and len(calls) == 2:
+            raise KeyboardInterrupt("interrupted")
+        return real_train(*args, **kwargs)
+
+    monkeypatch.setattr(S, "train_grid", failing_on_trial_1)
+    with pytest.raises(KeyboardInterrupt):
+        S.run_phase_diagram(data, store=store, **kw)
+    assert len(list((tmp_path / "synthetic_phase_diagram").glob("*.json"))) == 1  # trial 0 finished, kept
+    assert not list((tmp_path / "synthetic_phase_diagram").glob("*.tmp"))
+    res, met = S.run_phase_diagram(data, store=store, **kw)  # resumes: only trial 1 is computed
+    assert calls == [[0], [1], [1]]
+    res2, met2 = S.run_phase_diagram(data, store=store, **kw)  # everything reused
+    assert calls == [[0], [1], [1]]
+    assert sorted(res.table.trial.unique()) == [0, 1] and sorted(met.trial.unique()) == [0, 1]
+    np.testing.assert_allclose(res.curves, res2.curves)
+    fresh, _ = S.run_phase_diagram(data, store=None, **kw)
+    np.testing.assert_allclose(fresh.curves, res.curves, rtol=1e-5)
+    # rows of the combined table point into the combined curves: trial 1's rows come after trial 0's
+    assert res.table.row.max() < res.curves.shape[0]
+    t0_rows = res.table[res.table.trial == 0].row
+    t1_rows = res.table[res.table.trial == 1].row
+    assert t1_rows.min() > t0_rows.max()
