@@ -16,7 +16,8 @@ from matplotlib.colors import ListedColormap
 from .results import atomic_write, write_table
 
 __all__ = ["RULE_COLORS", "RULE_LABELS", "set_style", "save_figure", "plot_phase_diagram", "plot_delta_curves",
-           "theory_panels", "plot_mc_vs_formula", "plot_cell_grid"]
+           "theory_panels", "plot_mc_vs_formula", "plot_cell_grid",
+           "plot_training_curves"]
 
 #: One colour and label per rule, shared by every figure.
 RULE_COLORS = {
@@ -205,3 +206,27 @@ def plot_cell_grid(cells: pd.DataFrame, column: str, ax: plt.Axes | None = None,
     if title:
         ax.set_title(title, fontsize=10)
     return ax
+
+
+def plot_training_curves(result, shift_index: int, size_index: int, trial: int = 0,
+                         methods: list[str] | None = None, ax: plt.Axes | None = None) -> tuple[plt.Axes, pd.DataFrame]:
+    """Target test-loss curves of every method in one cell of a :class:`fda_core.synthetic.GridResult`
+    (log scale; auto-weighted methods dashed). Returns the axes and the long table plotted
+    (method, step, test_loss)."""
+    ax = ax or plt.gca()
+    table = result.table
+    methods = list(methods or table["method"].unique())
+    rows = []
+    for mth in methods:
+        steps, loss = result.curve(shift_index, size_index, mth, trial=trial)
+        rule = mth if mth in RULE_COLORS else mth.rsplit("_", 1)[0]
+        ax.plot(steps, loss, label=mth, color=RULE_COLORS.get(mth, RULE_COLORS.get(rule)),
+                ls="--" if mth.endswith("auto") else "-")
+        rows.append(pd.DataFrame({"method": mth, "step": steps, "test_loss": loss}))
+    row = table[(table.shift_index == shift_index) & (table.size_index == size_index)].iloc[0]
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("target test MSE")
+    ax.set_title(f"shift {row['shift']:.3g}, target subset {row['subset_size']}, trial {trial}", fontsize=10)
+    ax.legend(fontsize=7)
+    return ax, pd.concat(rows, ignore_index=True)

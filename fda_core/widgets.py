@@ -94,7 +94,7 @@ def curves_explorer(result: Any, methods: Sequence[str] | None = None) -> Any:
     import ipywidgets as w
     import matplotlib.pyplot as plt
 
-    from .plotting import RULE_COLORS
+    from .plotting import plot_training_curves
 
     table = result.table
     methods = list(methods or table["method"].unique())
@@ -104,17 +104,7 @@ def curves_explorer(result: Any, methods: Sequence[str] | None = None) -> Any:
 
     def draw(shift_index: int, size_index: int, trial: int) -> None:
         fig, ax = plt.subplots(figsize=(6, 3.8))
-        for mth in methods:
-            steps, loss = result.curve(shift_index, size_index, mth, trial=trial)
-            rule = mth if mth in RULE_COLORS else mth.rsplit("_", 1)[0]
-            ax.plot(steps, loss, label=mth, color=RULE_COLORS.get(mth, RULE_COLORS.get(rule)),
-                    ls="--" if mth.endswith("auto") else "-")
-        row = table[(table.shift_index == shift_index) & (table.size_index == size_index)].iloc[0]
-        ax.set_yscale("log")
-        ax.set_xlabel("step")
-        ax.set_ylabel("target test MSE")
-        ax.set_title(f"shift {row['shift']:.3g}, target subset {row['subset_size']}, trial {trial}", fontsize=10)
-        ax.legend(fontsize=7)
+        plot_training_curves(result, shift_index, size_index, trial, methods, ax=ax)
         plt.show()
         plt.close(fig)
 
