@@ -38,6 +38,7 @@ test-fast: setup
 benchmark: setup
 	$(PY) benchmarks/aggregation.py
 	$(PY) benchmarks/phase_diagram.py
+	$(PY) benchmarks/federated.py
 
 clean:
 	rm -rf executed .pytest_cache .hypothesis

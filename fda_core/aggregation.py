@@ -40,6 +40,7 @@ __all__ = [
     "fedda",
     "fedgp",
     "fedgp_cosine",
+    "fedgp_nofilter",
     "fedda_auto",
     "fedgp_auto",
     "magnitude_alignment",
@@ -444,8 +445,10 @@ def fedda(source_grads: SourceGrads, target_grad: TargetGrad, beta: BetaLike, we
     return _aggregate(blocks, target_coef, [wb] * len(blocks.target), out=out)
 
 
-def _projection_coefs(blocks: _Blocks, wb: Tensor, mode: str, scale: Tensor | None) -> tuple[list[Tensor], Tensor]:
-    """Per-block coefficients c_i = w_i β_i · factor_i of FedGP (exact) or its cosine variant."""
+def _projection_coefs(blocks: _Blocks, wb: Tensor, mode: str, scale: Tensor | None,
+                      filter_negative: bool = True) -> tuple[list[Tensor], Tensor]:
+    """Per-block coefficients c_i = w_i β_i · factor_i of FedGP (exact) or its cosine variant.
+    ``filter_negative=False`` keeps negative projections (the "FedGP w/o filter" ablation, FedGP paper Table 4)."""
     dots, norms2, tnorm = _reductions(blocks, with_target_norm=mode != "exact")
     if mode == "exact":
         # Proj₊(g_T | g_i) = max(⟨g_T, g_i⟩, 0) g_i / ‖g_i‖²; a zero source contributes 0 (spec § Rules).
@@ -455,7 +458,7 @@ def _projection_coefs(blocks: _Blocks, wb: Tensor, mode: str, scale: Tensor | No
         # cosine with threshold 0, times a magnitude-alignment factor a_i instead of ‖g_T‖/‖g_i‖.
         denom = norms2.sqrt() * tnorm
     safe = torch.where(denom > 0, denom, torch.ones_like(denom))
-    factor = torch.where(denom > 0, dots.clamp_min(0) / safe, torch.zeros_like(dots))
+    factor = torch.where(denom > 0, (dots.clamp_min(0) if filter_negative else dots) / safe, torch.zeros_like(dots))
     if scale is not None:
         factor = factor * scale
     return list((wb * factor).unbind(0)), torch.stack([dots, norms2])
@@ -491,6 +494,25 @@ def fedgp(
     w = _check_weights(weights, blocks)
     wb = (w * b).expand(blocks.batch_shape + (blocks.n_sources,))
     coefs, checks = _projection_coefs(blocks, wb, "exact", None)
+    return _aggregate(blocks, 1.0 - wb.sum(-1), coefs, checks, out=out)
+
+
+def fedgp_nofilter(
+    source_grads: SourceGrads,
+    target_grad: TargetGrad,
+    beta: BetaLike,
+    weights: BetaLike | None = None,
+    *,
+    out: Tensor | GradDict | None = None,
+) -> TargetGrad:
+    """FedGP without the filter (the ablation of FedGP paper Table 4): ĝ = Σ_i w_i [(1 − β_i) g_T + β_i
+    ⟨g_T, g_i⟩ g_i / ‖g_i‖²], i.e. the signed projection, so a source pointing against the target pulls
+    the update along its own direction with a negative coefficient. Same forms and arguments as :func:`fedgp`."""
+    blocks = _normalise(source_grads, target_grad)
+    b = _check_beta(beta, blocks)
+    w = _check_weights(weights, blocks)
+    wb = (w * b).expand(blocks.batch_shape + (blocks.n_sources,))
+    coefs, checks = _projection_coefs(blocks, wb, "exact", None, filter_negative=False)
     return _aggregate(blocks, 1.0 - wb.sum(-1), coefs, checks, out=out)
 
 
@@ -712,7 +734,7 @@ def register_rule(name: str, fn: Callable[..., Any], *, uses_beta: bool, uses_ta
     """Register ``fn`` under ``name`` (lower-case identifier); returns the :class:`Rule`."""
     if not name.isidentifier() or name != name.lower():
         raise ValueError(f"rule name must be a lower-case identifier, got {name!r}")
-    rule = Rule(name, fn, uses_beta, uses_target_parts, description or (fn.__doc__ or "").strip().splitlines()[0])
+    rule = Rule(name, fn, uses_beta, uses_target_parts, description or ((fn.__doc__ or "").strip().splitlines() or [name])[0])
     RULES[name] = rule
     return rule
 
@@ -722,6 +744,7 @@ register_rule("target_only", target_only, uses_beta=False)
 register_rule("fedda", fedda, uses_beta=True)
 register_rule("fedgp", fedgp, uses_beta=True)
 register_rule("fedgp_cosine", fedgp_cosine, uses_beta=True)
+register_rule("fedgp_nofilter", fedgp_nofilter, uses_beta=True)
 register_rule("fedda_auto", fedda_auto, uses_beta=False, uses_target_parts=True)
 register_rule("fedgp_auto", fedgp_auto, uses_beta=False, uses_target_parts=True)
 

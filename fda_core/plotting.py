@@ -17,7 +17,7 @@ from .results import atomic_write, write_table
 
 __all__ = ["RULE_COLORS", "RULE_LABELS", "set_style", "save_figure", "plot_phase_diagram", "plot_delta_curves",
            "theory_panels", "plot_mc_vs_formula", "plot_cell_grid",
-           "plot_training_curves"]
+           "plot_training_curves", "METHOD_COLORS", "plot_method_bars", "plot_beta_curves", "plot_accuracy_vs_shift"]
 
 #: One colour and label per rule, shared by every figure.
 RULE_COLORS = {
@@ -37,6 +37,19 @@ RULE_LABELS = {
     "fedda_auto": "FedDA auto",
     "fedgp_auto": "FedGP auto",
     "fedgp_cosine": "FedGP (cosine, papers' impl.)",
+}
+
+#: Colours of the methods of the real-data tables (fda_core.federated.METHODS), same family as RULE_COLORS.
+METHOD_COLORS = {
+    "Source only": RULE_COLORS["source_only"],
+    "Finetune_Offline": "#64b5cd",
+    "FedDA": RULE_COLORS["fedda"],
+    "FedGP": RULE_COLORS["fedgp"],
+    "FedGP_1": "#937860",
+    "FedDA_Auto": RULE_COLORS["fedda_auto"],
+    "FedGP_Auto": RULE_COLORS["fedgp_auto"],
+    "Target only": RULE_COLORS["target_only"],
+    "Oracle": "#222222",
 }
 
 
@@ -230,3 +243,65 @@ def plot_training_curves(result, shift_index: int, size_index: int, trial: int =
     ax.set_title(f"shift {row['shift']:.3g}, target subset {row['subset_size']}, trial {trial}", fontsize=10)
     ax.legend(fontsize=7)
     return ax, pd.concat(rows, ignore_index=True)
+
+
+def plot_method_bars(table: pd.DataFrame, *, across: str = "target", value: str = "final_acc",
+                     methods: list[str] | None = None, ax: plt.Axes | None = None,
+                     paper: pd.DataFrame | None = None) -> plt.Axes:
+    """Grouped bars: mean ``value`` per method (hue) for each value of ``across`` (x), error bars = std over
+    trials (seeds). ``paper`` (index method, columns like ``across``) adds the published numbers as black
+    ticks for comparison."""
+    ax = ax or plt.gca()
+    methods = methods or list(dict.fromkeys(table["method"]))
+    groups = list(dict.fromkeys(table[across]))
+    width = 0.8 / max(len(methods), 1)
+    for j, mth in enumerate(methods):
+        sub = table[table["method"] == mth].groupby(across)[value]
+        mean, std = sub.mean().reindex(groups), sub.std(ddof=1).reindex(groups).fillna(0.0)
+        xs = np.arange(len(groups)) + (j - (len(methods) - 1) / 2) * width
+        ax.bar(xs, mean.values, width, yerr=std.values, label=mth, color=METHOD_COLORS.get(mth), capsize=2)
+        if paper is not None and mth in paper.index:
+            vals = [paper.loc[mth].get(g, np.nan) for g in groups]
+            ax.scatter(xs, vals, marker="_", s=120, color="black", zorder=3,
+                       label="paper" if j == 0 else None)
+    ax.set_xticks(np.arange(len(groups)), [str(g) for g in groups])
+    ax.set_xlabel(across)
+    ax.set_ylabel("target accuracy (%)")
+    ax.legend(fontsize=7, ncol=2)
+    return ax
+
+
+def plot_beta_curves(betas: pd.DataFrame, ax: plt.Axes | None = None, title: str | None = None) -> plt.Axes:
+    """Auto-β per source per round (auto-weighted paper App. C.4, Fig. 5–6): mean over seeds, one line
+    per source (β weights the source part)."""
+    ax = ax or plt.gca()
+    for src, sub in betas.groupby("source", sort=False):
+        g = sub.groupby("round")["beta"]
+        mean, std = g.mean(), g.std(ddof=1).fillna(0.0)
+        ax.plot(mean.index, mean.values, marker="o", ms=3, label=f"source {src}")
+        ax.fill_between(mean.index, (mean - std).values, (mean + std).values, alpha=0.2)
+    ax.set_xlabel("round")
+    ax.set_ylabel("β (source weight)")
+    ax.set_ylim(-0.02, 1.02)
+    if title:
+        ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7)
+    return ax
+
+
+def plot_accuracy_vs_shift(table: pd.DataFrame, x: str, *, value: str = "final_acc", methods: list[str] | None = None,
+                           ax: plt.Axes | None = None, invert: bool = False) -> plt.Axes:
+    """Mean ± std target accuracy of each method against a shift parameter ``x`` (FedGP paper Fig. 3)."""
+    ax = ax or plt.gca()
+    methods = methods or list(dict.fromkeys(table["method"]))
+    for mth in methods:
+        g = table[table["method"] == mth].groupby(x)[value]
+        mean, std = g.mean(), g.std(ddof=1).fillna(0.0)
+        ax.errorbar(mean.index, mean.values, yerr=std.values, marker="o", ms=4, capsize=2, label=mth,
+                    color=METHOD_COLORS.get(mth), ls="--" if mth.endswith("Auto") else "-")
+    ax.set_xlabel(x)
+    ax.set_ylabel("target accuracy (%)")
+    if invert:
+        ax.invert_xaxis()
+    ax.legend(fontsize=7, ncol=2)
+    return ax

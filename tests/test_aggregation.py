@@ -428,3 +428,18 @@ def test_out_bad():
         fedgp(S.expand(2, 3, 4), TG.expand(2, 4), 0.5, out=torch.empty(2, 4))
     with pytest.raises(ValueError, match="same keys"):
         fedgp([{"a": TG}], {"a": TG}, 0.5, out={"b": torch.empty(4)})
+
+
+def test_fedgp_nofilter_keeps_negative_projections():
+    """FedGP paper Table 4 ablation: without the filter a source opposed to the target contributes its
+    signed projection ⟨g_T, g_i⟩ g_i / ‖g_i‖²; when every projection is positive it equals FedGP."""
+    from fda_core.aggregation import fedgp, fedgp_nofilter
+
+    gt = torch.tensor([1.0, 2.0])
+    src = torch.tensor([[-1.0, 0.0], [0.0, 3.0]])
+    got = fedgp_nofilter(src, gt, 1.0)
+    want = 0.5 * (-1.0 / 1.0) * src[0] + 0.5 * (6.0 / 9.0) * src[1]
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(fedgp(src, gt, 1.0), 0.5 * (6.0 / 9.0) * src[1])
+    pos = torch.tensor([[1.0, 0.5], [0.2, 3.0]])
+    torch.testing.assert_close(fedgp_nofilter(pos, gt, 0.4), fedgp(pos, gt, 0.4))

@@ -30,3 +30,14 @@ def test_benchmark_runs_and_reports_ratios():
         assert r["max_abs_diff_naive_vs_library"] < 1e-4  # the naive loop and the library agree
     report = bench.format_report(records, bench.environment(bench.resolve_device("cpu")))
     assert "library/floor" in report and "naive/library" in report
+
+
+def test_federated_benchmark_smoke():
+    """benchmarks/federated.py --quick runs both implementations of the round loop and reports a ratio."""
+    spec = importlib.util.spec_from_file_location("bench_federated", ROOT / "benchmarks" / "federated.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = mod.main(["--quick", "--device", "cpu"])
+    (res,) = out["results"]
+    assert set(res["seconds_per_round"]) == {"library", "plain loop"}
+    assert res["device"] == "cpu"

@@ -1,0 +1,159 @@
+"""Benchmark of the federated loop: rounds per second of the 10-client semi-synthetic setting.
+
+What is measured (same data, same model, same process, per device)
+---------------------------------------------------------------------
+Setting: FedGP paper § 5.2 noisy features (``NoisyFeatures``, noise 0.4) on MNIST-5k: 9 source clients
+and 1 target client (500 images each), the 2-conv + 3-FC CNN (``small_cnn``), Adam, source batch 64,
+target batch 16, 100 labelled target images, one local epoch, FedGP (β = 0.5, layer-wise exact
+projection), no warm-up (every timed round is an FDA round), no evaluation inside the timed rounds.
+
+(a) ``library``: :func:`fda_core.federated.run_experiment` — one module whose parameters are views into
+    a flat vector, Adam as fused vector operations, updates written into a preallocated (N, m) buffer,
+    no model copies.
+(b) ``plain loop``: the straightforward way to write Algorithm 1: ``copy.deepcopy`` of the global model
+    for every client, a fresh ``torch.optim.Adam`` per client, updates as ``state_dict`` differences,
+    the library's per-tensor ``fedgp`` on dicts, ``load_state_dict`` of the new global model.
+Time per round = (time of R + k rounds − time of R rounds) / k, so set-up (data, model) cancels; medians
+over ``--repeats`` interleaved repeats (drifts of a shared machine hit both alike); CUDA is synchronised.
+Printed: seconds per round, rounds per second, and the ratio plain/library. No timing is asserted anywhere.
+
+Usage::
+
+    python benchmarks/federated.py [--device auto|cpu|cuda|all] [--rounds 3] [--repeats 3] [--quick] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from fda_core import aggregation  # noqa: E402
+from fda_core.datasets import get_dataset, labeled_split  # noqa: E402
+from fda_core.federated import resolve_device, run_experiment  # noqa: E402
+from fda_core.models import get_model  # noqa: E402
+
+SETTING = dict(dataset="NoisyFeatures", dataset_options={"noise_std": 0.4}, rule="fedgp", beta=0.5,
+               projection="exact_layerwise", warmup_rounds=0, source_lr=0.01, target_lr=0.05, source_batch_size=64,
+               target_batch_size=16, n_target_labeled=100, train_fraction=0.5, model="small_cnn", seed=0)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def library_time(rounds: int, device: torch.device, ds) -> float:
+    _sync(device)
+    t0 = time.perf_counter()
+    run_experiment(_dataset=ds, rounds=rounds, eval_every=10 ** 6, device=str(device), **SETTING)
+    _sync(device)
+    return time.perf_counter() - t0
+
+
+def plain_time(rounds: int, device: torch.device, ds) -> float:
+    """Algorithm 1 written plainly (deepcopy + torch.optim.Adam per client, dict aggregation)."""
+    _sync(device)
+    t0 = time.perf_counter()
+    c = SETTING
+    t = ds.default_target
+    xt, yt = ds[t]
+    lab, _, test = labeled_split(xt.shape[0], n_labeled=c["n_target_labeled"], train_fraction=c["train_fraction"],
+                                 seed=c["seed"])
+    x_lab, y_lab = xt[lab].to(device), yt[lab].to(device)
+    sources = [(ds[i][0].to(device), ds[i][1].to(device)) for i in range(len(ds)) if i != t]
+    model = get_model(c["model"], tuple(ds.input_shape), ds.num_classes, seed=c["seed"]).to(device)
+    names = [n for n, _ in model.named_parameters()]
+    sizes = [x.shape[0] for x, _ in sources]
+    weights = [n / sum(sizes) for n in sizes]
+    gen = torch.Generator().manual_seed(0)
+
+    def local(x, y, lr, bs):
+        net = copy.deepcopy(model)
+        opt = torch.optim.Adam(net.parameters(), lr=lr)
+        net.train()
+        perm = torch.randperm(x.shape[0], generator=gen).to(device)
+        steps = 0
+        for s in range(0, x.shape[0], bs):
+            idx = perm[s:s + bs]
+            opt.zero_grad()
+            F.cross_entropy(net(x[idx]), y[idx]).backward()
+            opt.step()
+            steps += 1
+        start = model.state_dict()
+        end = net.state_dict()
+        return {n: end[n] - start[n] for n in names}, steps, end
+
+    for _ in range(rounds):
+        ups = [local(x, y, c["source_lr"], c["source_batch_size"]) for x, y in sources]
+        g_t, steps_t, end_t = local(x_lab, y_lab, c["target_lr"], c["target_batch_size"])
+        aligned = [{n: u[n] * (c["target_lr"] / c["source_lr"]) * steps_t / k for n in names} for u, k, _ in ups]
+        agg = aggregation.fedgp(aligned, g_t, c["beta"], weights)
+        state = model.state_dict()
+        new = {k: (state[k] + agg[k] if k in agg else end_t[k]) for k in state}
+        model.load_state_dict(new)
+    _sync(device)
+    return time.perf_counter() - t0
+
+
+def measure(device: torch.device, rounds: int, extra: int, repeats: int) -> dict:
+    ds = get_dataset(SETTING["dataset"], **SETTING["dataset_options"], seed=SETTING["seed"])
+    library_time(1, device, ds), plain_time(1, device, ds)  # warm-up (allocator, kernels)
+    per = {"library": [], "plain loop": []}
+    for _ in range(repeats):
+        for name, fn in (("library", library_time), ("plain loop", plain_time)):
+            t_short = fn(rounds, device, ds)
+            t_long = fn(rounds + extra, device, ds)
+            # a difference <= 0 means set-up noise swamped the rounds (a loaded machine): recorded as NaN
+            per[name].append((t_long - t_short) / extra if t_long > t_short else float("nan"))
+    med = {k: statistics.median([x for x in v if math.isfinite(x)] or [float("nan")]) for k, v in per.items()}
+    return {"device": str(device), "seconds_per_round": med, "rounds_per_second": {k: 1 / v for k, v in med.items()},
+            "ratio_plain_over_library": med["plain loop"] / med["library"], "repeats": per}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="auto", help="auto | cpu | cuda | all")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds of the short run (the long run adds --extra)")
+    ap.add_argument("--extra", type=int, default=3, help="extra rounds timed")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="smoke test: 1 + 1 rounds, 1 repeat")
+    ap.add_argument("--json", default=None, help="also write the numbers to this JSON file")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.rounds, args.extra, args.repeats = 1, 1, 1
+    if args.device == "all":
+        devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
+    else:
+        devices = [resolve_device(args.device)]
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}; setting: 10 clients (9 sources + target), "
+          f"NoisyFeatures(0.4) on MNIST-5k, small_cnn, FedGP β=0.5 layer-wise")
+    results = []
+    for dev in devices:
+        r = measure(dev, args.rounds, args.extra, args.repeats)
+        results.append(r)
+        s = r["seconds_per_round"]
+        print(f"[{r['device']}] library {s['library'] * 1e3:8.1f} ms/round ({1 / s['library']:.2f} rounds/s) | "
+              f"plain loop {s['plain loop'] * 1e3:8.1f} ms/round ({1 / s['plain loop']:.2f} rounds/s) | "
+              f"plain/library = {r['ratio_plain_over_library']:.2f}x")
+        if not math.isfinite(r["ratio_plain_over_library"]):
+            print("  (timing swamped by set-up noise: raise --extra or run on an idle machine)")
+    if args.json:
+        from fda_core.results import atomic_write_json
+
+        atomic_write_json(args.json, results)
+    return {"results": results}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,396 @@
+"""Dataset registry: DomainBed ColoredMNIST / RotatedMNIST on MNIST-5k, the semi-synthetic shifts,
+IDX / CIFAR / image-folder readers on tiny files written here, labeled_split, and bad input."""
+
+import gzip
+import math
+import pickle
+import struct
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fda_core import datasets as D
+
+
+@pytest.fixture(scope="module")
+def mnist():
+    return D.load_mnist()
+
+
+@pytest.fixture(scope="module")
+def cmnist():
+    return D.get_dataset("ColoredMNIST", seed=0)
+
+
+def _within(p_hat: float, p: float, n: int, k: float = 4.0) -> bool:
+    """|p̂ − p| within k binomial standard deviations."""
+    return abs(p_hat - p) <= k * math.sqrt(p * (1 - p) / n)
+
+
+# ------------------------------------------------------------------------------------ ColoredMNIST
+def test_colored_mnist_construction(cmnist, mnist):
+    assert cmnist.ENVIRONMENTS == ["+90%", "+80%", "-90%"] and len(cmnist) == 3
+    assert cmnist.input_shape == (2, 14, 14) and cmnist.num_classes == 2 and cmnist.default_target is None
+    assert cmnist.env_sizes() == [1667, 1667, 1666]
+    # DomainBed: seeded shuffle, env i = images[i::3], 2x subsampling; channel 1 - colour zeroed
+    images, digits = mnist
+    perm = torch.randperm(len(images), generator=torch.Generator().manual_seed(0))
+    images, digits = images[perm], digits[perm]
+    for i, (x, y) in enumerate(cmnist):
+        assert x.dtype == torch.float32 and y.dtype == torch.int64 and x.shape == (len(y), 2, 14, 14)
+        assert set(y.unique().tolist()) <= {0, 1}
+        assert torch.equal(cmnist.digits[i], digits[i::3])
+        c = cmnist.colors[i]
+        rows = torch.arange(len(x))
+        assert torch.all(x[rows, 1 - c].flatten(1).abs().sum(1) == 0)  # one channel zeroed per image
+        assert torch.equal(x[rows, c], images[i::3, 0, ::2, ::2])  # the other holds the digit
+
+
+def test_colored_mnist_rates(cmnist):
+    for i, e in enumerate((0.1, 0.2, 0.9)):
+        x, y = cmnist[i]
+        n = len(y)
+        agree = (cmnist.colors[i] == y).float().mean().item()
+        assert _within(agree, 1 - e, n), (cmnist.ENVIRONMENTS[i], agree)
+        flip = (y != (cmnist.digits[i] < 5).long()).float().mean().item()
+        assert _within(flip, 0.25, n), (cmnist.ENVIRONMENTS[i], flip)
+        # the colour is read off the image: channel 1 carries the digit iff colour = 1
+        colour_from_image = (x[:, 1].flatten(1).sum(1) > 0).long()
+        assert torch.equal(colour_from_image, cmnist.colors[i])
+
+
+def test_colored_mnist_seed(cmnist):
+    again = D.ColoredMNIST(seed=0)
+    other = D.ColoredMNIST(seed=1)
+    for i in range(3):
+        assert torch.equal(again[i][0], cmnist[i][0]) and torch.equal(again[i][1], cmnist[i][1])
+        assert not torch.equal(other[i][1], cmnist[i][1])
+
+
+def test_env_index_and_describe(cmnist):
+    assert cmnist.env_index("+90%") == 0 and cmnist.env_index("-90%") == 2
+    assert cmnist.env_index(2) == 2 and cmnist.env_index("2") == 2 and cmnist.env_index(torch.tensor(1)) == 1
+    assert cmnist["-90%"][1] is cmnist[2][1]
+    for bad in (3, -1, "x", "target", True, 1.0):
+        with pytest.raises(ValueError, match=r"\+90%"):
+            cmnist.env_index(bad)
+    assert len(list(cmnist)) == 3
+    text = cmnist.describe()
+    assert "MNIST-5k" in text and "1,667" in text and "14×14" in text
+
+
+# ------------------------------------------------------------------------------------ RotatedMNIST
+def test_rotated_mnist(mnist):
+    ds = D.get_dataset("RotatedMNIST")
+    assert ds.ENVIRONMENTS == ["0", "15", "30", "45", "60", "75"]
+    assert ds.env_sizes() == [834, 834, 833, 833, 833, 833] and ds.input_shape == (1, 28, 28)
+    assert ds.num_classes == 10 and ds.env_index("15") == 1 and ds.env_index("5") == 5
+    images, labels = mnist
+    perm = torch.randperm(len(images), generator=torch.Generator().manual_seed(0))
+    assert torch.equal(ds[0][0], images[perm][0::6]) and torch.equal(ds[3][1], labels[perm][3::6])
+    assert torch.allclose(ds[2][0], D.rotate_images(images[perm][2::6], -30.0))  # see D._rotate_ccw
+    # 90° about the centre maps pixel centres onto pixel centres: equals rot90 up to float error
+    r = D.RotatedMNIST(seed=3, angles=(0, 90))
+    assert r.ENVIRONMENTS == ["0", "90"]
+    perm = torch.randperm(len(images), generator=torch.Generator().manual_seed(3))
+    expected = torch.rot90(images[perm][1::2], 1, dims=(2, 3))
+    assert (r[1][0] - expected).abs().max() < 1e-4
+    # counter-clockwise as torchvision's rotate (DomainBed): the top-right corner goes to the top left
+    corner = torch.zeros(1, 1, 4, 4)
+    corner[0, 0, 0, 3] = 1
+    assert torch.allclose(D._rotate_ccw(corner, 90), torch.rot90(corner, 1, dims=(2, 3)), atol=1e-6)
+    assert torch.rot90(corner, 1, dims=(2, 3))[0, 0, 0, 0] == 1
+    with pytest.raises(ValueError, match="angles"):
+        D.RotatedMNIST(angles=(0, 0))
+
+
+# ------------------------------------------------------------------------------------ IDX / CIFAR files
+def write_idx(path, arr: np.ndarray, gz: bool = False) -> None:
+    codes = {np.dtype(np.uint8): 0x08, np.dtype(np.int32): 0x0C, np.dtype(np.float32): 0x0D}
+    code = codes[arr.dtype]
+    header = bytes([0, 0, code, arr.ndim]) + struct.pack(f">{arr.ndim}I", *arr.shape)
+    data = header + arr.astype(arr.dtype.newbyteorder(">")).tobytes()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    (gzip.open if gz else open)(path, "wb").write(data)  # noqa: SIM115
+
+
+def write_mnist_like(folder, n_train=7, n_test=5, seed=0, gz=False):
+    rng = np.random.default_rng(seed)
+    xtr, xte = (rng.integers(0, 256, (n, 28, 28), dtype=np.uint8) for n in (n_train, n_test))
+    ytr, yte = (rng.integers(0, 10, n).astype(np.uint8) for n in (n_train, n_test))
+    sfx = ".gz" if gz else ""
+    write_idx(folder / f"train-images-idx3-ubyte{sfx}", xtr, gz)
+    write_idx(folder / f"train-labels-idx1-ubyte{sfx}", ytr, gz)
+    write_idx(folder / f"t10k-images-idx3-ubyte{sfx}", xte, gz)
+    write_idx(folder / f"t10k-labels-idx1-ubyte{sfx}", yte, gz)
+    return np.concatenate([xtr, xte]), np.concatenate([ytr, yte])
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_idx_mnist_roundtrip(tmp_path, gz):
+    x, y = write_mnist_like(tmp_path / "MNIST" / "raw", gz=gz)
+    got_x, got_y = D.load_mnist(tmp_path)
+    assert got_x.shape == (12, 1, 28, 28) and got_x.dtype == torch.float32 and got_y.dtype == torch.int64
+    assert torch.equal(got_x, torch.from_numpy(x.astype(np.float32) / 255).unsqueeze(1))
+    assert torch.equal(got_y, torch.from_numpy(y.astype(np.int64)))
+    cm = D.get_dataset("ColoredMNIST", data_root=tmp_path)
+    assert cm.env_sizes() == [4, 4, 4] and cm[0][0].shape == (4, 2, 14, 14)
+
+
+def test_read_idx_types_and_errors(tmp_path):
+    for arr in (np.arange(24, dtype=np.int32).reshape(2, 3, 4) - 5, np.linspace(-1, 1, 6, dtype=np.float32)):
+        write_idx(tmp_path / "a.idx", arr)
+        out = D.read_idx(tmp_path / "a.idx")
+        assert out.dtype == arr.dtype and np.array_equal(out, arr)
+    (tmp_path / "bad").write_bytes(b"\x01\x00\x08\x01" + struct.pack(">I", 1) + b"\x00")
+    with pytest.raises(ValueError, match="magic"):
+        D.read_idx(tmp_path / "bad")
+    (tmp_path / "short").write_bytes(b"\x00\x00\x08\x01" + struct.pack(">I", 5) + b"\x00")
+    with pytest.raises(ValueError, match="dims"):
+        D.read_idx(tmp_path / "short")
+
+
+def test_fashion_mnist_and_missing_files(tmp_path):
+    x, _ = write_mnist_like(tmp_path / "FashionMNIST" / "raw", n_train=30, n_test=10, seed=1)
+    fx, fy = D.load_fashion_mnist(tmp_path)
+    assert torch.equal(fx[:, 0], torch.from_numpy(x.astype(np.float32) / 255)) and len(fy) == 40
+    nf = D.get_dataset("NoisyFeatures", base="fashion_mnist", data_root=tmp_path, noise_std=0.2)
+    assert nf.env_sizes() == [4] * 10
+    with pytest.raises(FileNotFoundError, match="data_root"):
+        D.load_fashion_mnist(None)
+    (tmp_path / "FashionMNIST" / "raw" / "t10k-labels-idx1-ubyte").unlink()
+    with pytest.raises(FileNotFoundError, match=r"t10k-labels-idx1-ubyte[\s\S]*FashionMNIST[\s\S]*fashion-mnist"):
+        D.load_fashion_mnist(tmp_path)
+    with pytest.raises(FileNotFoundError, match="train-images-idx3-ubyte"):
+        D.load_mnist(tmp_path / "nowhere")
+
+
+def _write_cifar(folder, n=4, seed=0, str_keys=False, protocol=2):
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    xs, ys = [], []
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        data = rng.integers(0, 256, (n, 3072), dtype=np.uint8)
+        labels = rng.integers(0, 10, n).tolist()
+        d = {"data": data, "labels": labels} if str_keys else {b"batch_label": b"x", b"data": data, b"labels": labels}
+        (folder / name).write_bytes(pickle.dumps(d, protocol=protocol))
+        xs.append(data.reshape(n, 3, 32, 32))
+        ys += labels
+    return np.concatenate(xs), np.array(ys)
+
+
+@pytest.mark.parametrize("str_keys,protocol", [(False, 2), (True, pickle.HIGHEST_PROTOCOL)])
+def test_cifar_roundtrip(tmp_path, str_keys, protocol):
+    x, y = _write_cifar(tmp_path / "cifar-10-batches-py", str_keys=str_keys, protocol=protocol)
+    gx, gy = D.load_cifar10(tmp_path)
+    assert gx.shape == (24, 3, 32, 32) and gx.dtype == torch.float32
+    assert torch.equal(gx, torch.from_numpy(x.astype(np.float32) / 255)) and torch.equal(gy, torch.from_numpy(y))
+    ls = D.get_dataset("NoisyFeatures", base="cifar10", data_root=tmp_path, classes=(0, 1, 2, 3))
+    assert ls.num_classes == 4 and ls.input_shape == (3, 32, 32)
+    assert all(int(yy.max()) < 4 for _, yy in ls if len(yy))
+
+
+def test_cifar_missing_and_unsafe(tmp_path):
+    folder = tmp_path / "cifar-10-batches-py"
+    _write_cifar(folder)
+    (folder / "test_batch").unlink()
+    with pytest.raises(FileNotFoundError, match=r"test_batch[\s\S]*cifar-10-python\.tar\.gz"):
+        D.load_cifar10(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        D.load_cifar10(None)
+
+    class Evil:
+        def __reduce__(self):
+            return (print, ("pwned",))
+
+    (folder / "test_batch").write_bytes(pickle.dumps({b"data": Evil(), b"labels": []}))
+    with pytest.raises(pickle.UnpicklingError, match="print"):
+        D.load_cifar10(tmp_path)
+
+
+# ------------------------------------------------------------------------------------ image folders
+def _write_folders(root):
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    images = {}
+    layout = {"dom_b": ["cat", "dog"], "dom_a": ["cat", "dog"], "dom_c": ["dog"]}  # dom_c lacks 'cat'
+    for dom, classes in layout.items():
+        for c in classes:
+            for k in range(2):
+                arr = rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)
+                p = root / "VLCS" / dom / c / f"img{k}.png"
+                p.parent.mkdir(parents=True, exist_ok=True)
+                Image.fromarray(arr).save(p)
+                images[(dom, c, k)] = arr
+    Image.fromarray(images[("dom_a", "cat", 0)]).save(root / "VLCS" / "dom_a" / "cat" / "z.jpg")
+    (root / "VLCS" / "dom_a" / "cat" / "notes.txt").write_text("not an image")
+    return images
+
+
+def test_image_folder_roundtrip(tmp_path):
+    images = _write_folders(tmp_path)
+    ds = D.get_dataset("ImageFolder", root=tmp_path, dataset="VLCS", image_size=8, normalize=False)
+    assert ds.ENVIRONMENTS == ["dom_a", "dom_b", "dom_c"] and ds.classes == ["cat", "dog"]
+    assert ds.env_sizes() == [5, 4, 2] and ds.input_shape == (3, 8, 8) and ds.num_classes == 2
+    x, y = ds["dom_b"]
+    want = np.stack([images[("dom_b", c, k)] for c in ("cat", "dog") for k in range(2)])
+    assert torch.equal(x, torch.from_numpy(want.astype(np.float32) / 255).permute(0, 3, 1, 2))
+    assert y.tolist() == [0, 0, 1, 1] and ds["dom_c"][1].tolist() == [1, 1]  # 'dog' is class 1 everywhere
+    normed = D.get_dataset("VLCS", data_root=tmp_path, image_size=8)
+    mean, std = torch.tensor(D.IMAGENET_MEAN).view(1, 3, 1, 1), torch.tensor(D.IMAGENET_STD).view(1, 3, 1, 1)
+    assert torch.allclose(normed[1][0], (x - mean) / std, atol=1e-6)
+    small = D.get_dataset("VLCS", data_root=tmp_path, image_size=4, max_per_domain=3, seed=5)
+    assert small[0][0].shape == (3, 3, 4, 4) and small.env_sizes() == [3, 3, 2]
+    again = D.get_dataset("VLCS", data_root=tmp_path, image_size=4, max_per_domain=3, seed=5)
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(small, again))
+    assert "VLCS" in small.describe() and "dom_a" in small.describe()
+
+
+def test_image_folder_missing(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"terra_incognita[\s\S]*domainbed\.scripts\.download"):
+        D.get_dataset("TerraIncognita", data_root=tmp_path)
+    with pytest.raises(FileNotFoundError, match="data_root"):
+        D.get_dataset("PACS")
+    (tmp_path / "office_home" / "Art" / "Chair").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match="no images"):
+        D.get_dataset("OfficeHome", data_root=tmp_path)
+
+
+# ------------------------------------------------------------------------------------ registry / bad input
+def test_registry_and_bad_input():
+    names = D.list_datasets()
+    for n in ("MNIST", "ColoredMNIST", "RotatedMNIST", "NoisyFeatures", "LabelShift", "ImageFolder", "VLCS",
+              "TerraIncognita", "PACS", "OfficeHome"):
+        assert n in names
+    with pytest.raises(ValueError, match=r"unknown dataset 'nope'; dataset must be one of \[.*ColoredMNIST"):
+        D.get_dataset("nope")
+    with pytest.raises(ValueError, match="colour"):
+        D.get_dataset("ColoredMNIST", colour=1)
+    with pytest.raises(ValueError, match="already registered"):
+        D.register_dataset("MNIST", lambda: None)
+    mn = D.get_dataset("MNIST")
+    assert mn.env_sizes() == [5000] and mn.num_classes == 10
+    with pytest.raises(ValueError, match="eta"):
+        D.get_dataset("LabelShift", eta=0.6)
+    with pytest.raises(ValueError, match="noise_std"):
+        D.get_dataset("NoisyFeatures", noise_std=-0.1)
+    with pytest.raises(ValueError, match="source_labels"):
+        D.get_dataset("NoisyFeatures", source_labels=11)
+    with pytest.raises(ValueError, match="base"):
+        D.get_dataset("NoisyFeatures", base="svhn")
+    with pytest.raises(ValueError, match="minority_classes"):
+        D.get_dataset("LabelShift", classes=(0, 1, 2, 3))
+    with pytest.raises(ValueError, match="client_size"):
+        D.get_dataset("LabelShift", client_size=10_000)
+    with pytest.raises(ValueError, match="n_sources"):
+        D.get_dataset("LabelShift", n_sources=0)
+    with pytest.raises(ValueError, match="seed"):
+        D.get_dataset("ColoredMNIST", seed=0.5)
+    with pytest.raises(FileNotFoundError, match="Fashion"):
+        D.get_dataset("LabelShift", base="fashion_mnist")
+
+
+# ------------------------------------------------------------------------------------ semi-synthetic
+def _assert_disjoint(ds, n_base):
+    allidx = torch.cat(ds.client_indices)
+    assert len(allidx.unique()) == len(allidx) and int(allidx.max()) < n_base
+
+
+@pytest.mark.parametrize("std", [0.4, 0.8])
+def test_noisy_features(mnist, std):
+    x, y = mnist
+    ds = D.get_dataset("NoisyFeatures", noise_std=std, seed=2)
+    assert ds.ENVIRONMENTS == [f"source_{j}" for j in range(1, 10)] + ["target"] and ds.default_target == 9
+    assert ds.env_index("target") == 9 and ds.env_sizes() == [500] * 10 and ds.input_shape == (1, 28, 28)
+    _assert_disjoint(ds, len(y))
+    for j in range(9):
+        assert torch.equal(ds[j][0], x[ds.client_indices[j]]) and torch.equal(ds[j][1], y[ds.client_indices[j]])
+    noise = ds["target"][0] - x[ds.client_indices[9]]
+    assert abs(noise.std().item() - std) < 0.01 and abs(noise.mean().item()) < 0.01
+    assert torch.equal(ds[9][1], y[ds.client_indices[9]])
+    same = D.NoisyFeatures(noise_std=std, seed=2)
+    assert torch.equal(same[9][0], ds[9][0]) and not torch.equal(D.NoisyFeatures(noise_std=std, seed=3)[9][0], ds[9][0])
+    assert "500" in ds.describe() and "MNIST-5k" in ds.describe()
+
+
+@pytest.mark.parametrize("k", [3, 5, 7, 9])
+def test_noisy_features_source_labels(mnist, k):
+    ds = D.get_dataset("NoisyFeatures", source_labels=k, seed=1)
+    counts = ds.class_counts()
+    assert ((counts[:9] > 0).sum(1) == k).all() and (counts[9] > 0).all()
+    assert [sorted(torch.nonzero(c).flatten().tolist()) for c in counts[:9]] == ds.source_classes
+    assert ds.env_sizes()[9] == 500 and sum(ds.env_sizes()[:9]) + ds.dropped == 4500
+    _assert_disjoint(ds, 5000)
+
+
+@pytest.mark.parametrize("eta", [0.0, 0.05, 0.15, 0.3, 0.45, 0.5])
+def test_label_shift(mnist, eta):
+    ds = D.get_dataset("LabelShift", eta=eta, seed=4)
+    m = ds.client_size
+    step = {0.0: 1, 0.5: 2, 0.3: 10}.get(eta, 20)  # denominator of eta: m * eta is an integer
+    assert ds.env_sizes() == [m] * 10 and m % step == 0
+    _assert_disjoint(ds, 5000)
+    n_d1 = [int(torch.isin(yy, torch.tensor([6, 8, 9])).sum()) for _, yy in ds]  # exact proportions
+    a = round(eta * m)
+    assert abs(eta * m - a) < 1e-9 and n_d1[:9] == [a] * 9 and n_d1[9] == m - a
+    # the largest size: a bigger multiple of the denominator does not fit in the class pools
+    a = round(eta * (m + step))  # the next exact size
+    assert 9 * a + (m + step - a) > 1500 or 9 * (m + step - a) + a > 3500
+    fixed = D.get_dataset("LabelShift", eta=eta, client_size=300)
+    assert fixed.env_sizes() == [300] * 10 and f"{ds.client_size:,}" in ds.describe()
+
+
+def test_label_shift_class_subset():
+    ds = D.get_dataset("LabelShift", eta=0.25, classes=(5, 6, 7, 8), minority_classes=(8,))
+    assert ds.num_classes == 4 and ds.d1 == [3]
+    assert all(4 * int((yy == 3).sum()) == len(yy) for _, yy in list(ds)[:9])
+
+
+# ------------------------------------------------------------------------------------ labeled_split
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 400),
+    train_fraction=st.floats(0.05, 1.0),
+    count=st.integers(1, 400),
+    frac=st.floats(0.0005, 1.0),
+    use_count=st.booleans(),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_labeled_split_properties(n, train_fraction, count, frac, use_count, seed):
+    n_train = round(train_fraction * n)
+    kwargs = {"n_labeled": count} if use_count else {"fraction": frac}
+    if n_train < 1 or (use_count and count > n_train):
+        with pytest.raises(ValueError, match="n_labeled|train_fraction"):
+            D.labeled_split(n, train_fraction=train_fraction, seed=seed, **kwargs)
+        return
+    lab, unl, test = D.labeled_split(n, train_fraction=train_fraction, seed=seed, **kwargs)
+    k = count if use_count else max(1, round(frac * n_train))
+    assert len(lab) == k and len(unl) == n_train - k and len(test) == n - n_train
+    assert torch.equal(torch.cat([lab, unl, test]).sort().values, torch.arange(n))  # disjoint, cover range(n)
+    again = D.labeled_split(n, train_fraction=train_fraction, seed=seed, **kwargs)
+    assert all(torch.equal(a, b) for a, b in zip((lab, unl, test), again))
+    as_count = D.labeled_split(n, n_labeled=k, train_fraction=train_fraction, seed=seed)
+    assert all(torch.equal(a, b) for a, b in zip((lab, unl, test), as_count))  # fraction == its count
+
+
+def test_labeled_split_paper_sizes_and_errors():
+    lab, unl, test = D.labeled_split(23_333, fraction=0.001)  # ColoredMNIST env of full MNIST, 0.1%
+    assert len(lab) == 19 and len(test) == 23_333 - 18_666
+    a, _, t1 = D.labeled_split(1666, n_labeled=10, seed=1)
+    b, _, t2 = D.labeled_split(1666, n_labeled=30, seed=1)
+    assert set(a.tolist()) <= set(b.tolist()) and torch.equal(t1, t2)
+    assert not torch.equal(D.labeled_split(1666, n_labeled=30, seed=2)[0], b)
+    with pytest.raises(ValueError, match="n_labeled"):
+        D.labeled_split(100, n_labeled=0)
+    with pytest.raises(ValueError, match="n_labeled"):
+        D.labeled_split(100, n_labeled=81)
+    with pytest.raises(ValueError, match="exactly one"):
+        D.labeled_split(100, n_labeled=5, fraction=0.1)
+    with pytest.raises(ValueError, match="fraction"):
+        D.labeled_split(100, fraction=1.5)
+    with pytest.raises(ValueError, match="train_fraction"):
+        D.labeled_split(100, n_labeled=5, train_fraction=0)

@@ -1,0 +1,268 @@
+"""The federated loop (fda_core.federated): every rule inside the loop, the flat-parameter machinery
+against torch's own optimiser, equivalences between rules, BatchNorm handling, determinism, bad
+configs, and resuming a sweep from the result store."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from fda_core import aggregation, federated
+from fda_core.federated import METHODS, FlatAdam, FlatModel, make_config, run_experiment, run_many
+from fda_core.results import ResultStore
+
+
+class Blobs:
+    """A tiny 3-environment dataset (DomainBed interface): class-dependent means, one scale per env."""
+
+    ENVIRONMENTS = ["e0", "e1", "e2"]
+    input_shape = (1, 4, 4)
+    num_classes = 3
+    default_target = None
+
+    def __init__(self, n: int = 240, seed: int = 0):
+        g = torch.Generator().manual_seed(seed)
+        self.data = []
+        for e in range(3):
+            y = torch.randint(0, 3, (n,), generator=g)
+            x = torch.randn(n, 1, 4, 4, generator=g) + (y[:, None, None, None] - 1) * (0.6 + 0.4 * e)
+            self.data.append((x, y))
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, i):
+        return self.data[i]
+
+    def env_index(self, env):
+        if isinstance(env, int) and 0 <= env < len(self):
+            return env
+        if env in self.ENVIRONMENTS:
+            return self.ENVIRONMENTS.index(env)
+        raise ValueError(f"unknown environment {env!r}")
+
+
+BASE = dict(target=0, rounds=4, warmup_rounds=1, n_target_labeled=24, target_batch_size=6, source_lr=0.02,
+            model="mlp", source_batch_size=32)
+
+
+def run(**cfg):
+    return run_experiment(_dataset=Blobs(), **{**BASE, **cfg})
+
+
+# --- flat machinery ----------------------------------------------------------------------------
+def _net(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(5, 7), nn.Tanh(), nn.Linear(7, 3))
+
+
+@pytest.mark.parametrize("kind", ["adam", "sgd"])
+def test_flat_optimiser_matches_torch(kind):
+    ref, mine = _net(), _net()
+    fm = FlatModel(mine)
+    opt_ref = torch.optim.Adam(ref.parameters(), lr=0.01) if kind == "adam" else torch.optim.SGD(ref.parameters(), lr=0.01)
+    opt = FlatAdam(fm.m, torch.device("cpu"), kind=kind)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(6):
+        x, y = torch.randn(8, 5, generator=g), torch.randint(0, 3, (8,), generator=g)
+        opt_ref.zero_grad()
+        nn.functional.cross_entropy(ref(x), y).backward()
+        opt_ref.step()
+        fm.grad.zero_()
+        nn.functional.cross_entropy(fm.module(x), y).backward()
+        opt.step(fm.flat, fm.grad, 0.01)
+    for a, b in zip(ref.parameters(), mine.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_flat_model_views_and_layout():
+    net = nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2), nn.Flatten(), nn.Linear(8, 3))
+    fm = FlatModel(net)
+    assert fm.m == sum(p.numel() for p in net.parameters())
+    fm.flat.zero_()
+    assert all(float(p.detach().abs().sum()) == 0 for p in net.parameters())  # parameters alias the flat vector
+    # BatchNorm running statistics are buffers, not in the flat vector (never projected or estimated)
+    assert set(fm.buffer_names) == {"1.running_mean", "1.running_var"}
+    assert [n for n, *_ in fm.layout] == [n for n, _ in net.named_parameters()]
+    d = fm.as_dict(torch.arange(fm.m, dtype=torch.float32))
+    assert d["3.bias"].shape == (3,) and float(d["0.weight"].reshape(-1)[0]) == 0.0
+
+
+# --- every rule inside the loop ----------------------------------------------------------------
+@pytest.mark.parametrize("method", list(METHODS))
+def test_every_method_runs(method):
+    res = run(**METHODS[method])
+    assert 0.0 <= res["final_target_acc"] <= 1.0
+    hist = res["history"]
+    expected_rounds = BASE["rounds"] + (BASE["rounds"] if method == "Finetune_Offline" else 0)
+    assert [h["round"] for h in hist] == list(range(1, expected_rounds + 1))
+    uses_beta = METHODS[method]["rule"] in ("fedda", "fedgp", "fedda_auto", "fedgp_auto")
+    for h in hist:
+        if h["phase"] == "fda" and uses_beta:
+            assert len(h["beta"]) == 2 and all(0.0 <= b <= 1.0 for b in h["beta"])
+        else:
+            assert h["beta"] is None
+    if method == "FedGP_1":
+        assert all(h["beta"] == [1.0, 1.0] for h in hist if h["phase"] == "fda")
+
+
+@pytest.mark.parametrize("projection", ["exact", "exact_layerwise", "cosine"])
+def test_projection_variants_differ_and_run(projection):
+    res = run(rule="fedgp", projection=projection, rounds=3)
+    assert math.isfinite(res["final_target_acc"])
+
+
+def test_learning_happens():
+    """On separable blobs every method that sees labels beats chance (1/3) clearly."""
+    for method in ("FedGP", "FedGP_Auto", "Target only", "Oracle"):
+        res = run(**METHODS[method], rounds=8)
+        assert res["final_target_acc"] > 0.5, (method, res["final_target_acc"])
+
+
+def test_rule_equivalences_inside_the_loop():
+    """β = 0 makes FedDA and FedGP the target-only update (same seeds, same numbers); FedGP via the
+    registered 'fedgp_cosine' rule equals rule='fedgp' with projection='cosine'."""
+    t = run(rule="target_only")
+    for rule in ("fedda", "fedgp"):
+        r = run(rule=rule, beta=0.0)
+        assert [h["target_acc"] for h in r["history"]] == [h["target_acc"] for h in t["history"]]
+    a = run(rule="fedgp_cosine", beta=0.7)
+    b = run(rule="fedgp", projection="cosine", beta=0.7)
+    assert [h["target_acc"] for h in a["history"]] == [h["target_acc"] for h in b["history"]]
+
+
+def test_one_round_equals_hand_computation(monkeypatch):
+    """One FDA round (no warm-up) moves the global model by exactly (1 − β) g_T + β Σ w_i a_i g_i."""
+    captured = {}
+    real = federated._aggregate
+
+    def spy(base, projection, aligned, gT, beta, weights, out, fm):
+        captured.update(aligned=aligned.clone(), gT=gT.clone(), beta=beta.clone(), weights=weights.clone())
+        real(base, projection, aligned, gT, beta, weights, out, fm)
+        captured["agg"] = out.clone()
+
+    monkeypatch.setattr(federated, "_aggregate", spy)
+    run(rule="fedda", beta=0.3, rounds=1, warmup_rounds=0)
+    w, a, gT = captured["weights"], captured["aligned"], captured["gT"]
+    torch.testing.assert_close(w, torch.full((2,), 0.5))  # equal-size sources
+    torch.testing.assert_close(captured["agg"], 0.7 * gT + 0.3 * (w[:, None] * a).sum(0), rtol=1e-5, atol=1e-7)
+    run(rule="fedgp", beta=1.0, rounds=1, warmup_rounds=0)
+    a, gT = captured["aligned"], captured["gT"]
+    proj = sum(0.5 * max(float(gT @ ai), 0.0) / float(ai @ ai) * ai for ai in a)
+    torch.testing.assert_close(captured["agg"], proj, rtol=1e-4, atol=1e-7)
+
+
+def test_alignment_factor(monkeypatch):
+    """Source updates reach the rule scaled by a_i = (lr_T/lr_S)·steps_T/steps_i (FedGP paper Eq. B.2)."""
+    seen = {}
+    real = federated._align
+
+    def spy(updates, factors):
+        seen["raw"], seen["factors"] = updates.clone(), factors.clone()
+        seen["aligned"] = real(updates, factors)
+        return seen["aligned"]
+
+    monkeypatch.setattr(federated, "_align", spy)
+    run(rule="fedda", beta=0.5, rounds=1, warmup_rounds=0, source_lr=0.02, target_lr=0.005)
+    # 24 labelled target samples in batches of 6 (4 steps); 240 source samples in batches of 32 (8 steps)
+    expected = (0.005 / 0.02) * math.ceil(24 / 6) / math.ceil(240 / 32)
+    torch.testing.assert_close(seen["factors"], torch.full((2,), expected))
+    torch.testing.assert_close(seen["aligned"], seen["raw"] * expected)
+    assert seen["raw"].abs().max() > 0
+    # the papers' formula with n/bs in place of ⌈n/bs⌉ (equal here up to the rounding of 240/32)
+    paper = aggregation.magnitude_alignment(0.005, 0.02, 24, 6, [240, 240], 32)
+    assert paper[0] == pytest.approx((0.005 / 0.02) * (24 / 6) / (240 / 32))
+
+
+def test_auto_beta_recorded_per_source_and_round():
+    res = run(rule="fedgp_auto", rounds=5)
+    betas = [h["beta"] for h in res["history"] if h["phase"] == "fda"]
+    assert len(betas) == 4 and all(len(b) == 2 for b in betas)
+    tab = federated.beta_table([res])
+    assert len(tab) == 8 and set(tab["source"]) == {"e1", "e2"}
+
+
+def test_user_registered_rule_on_target_parts():
+    def mean_of_all(source_grads, target_part_grads, weights=None):
+        return 0.5 * target_part_grads.mean(0) + 0.5 * source_grads.mean(0)
+
+    aggregation.register_rule("test_half_half", mean_of_all, uses_beta=False, uses_target_parts=True)
+    try:
+        res = run(rule="test_half_half")
+        assert 0 <= res["final_target_acc"] <= 1
+    finally:
+        aggregation.RULES.pop("test_half_half")
+
+
+def test_batchnorm_buffers_follow_the_target(monkeypatch):
+    import fda_core.models as models
+
+    def bn_net(name, input_shape, num_classes, seed=None, **kw):
+        torch.manual_seed(seed or 0)
+        return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
+                             nn.Linear(64, num_classes))
+
+    monkeypatch.setattr(models, "get_model", bn_net)
+    res = run(rule="fedgp", rounds=3)
+    assert math.isfinite(res["final_target_acc"])
+
+
+# --- determinism -------------------------------------------------------------------------------
+def test_same_seed_same_numbers_and_seed_matters():
+    a, b = run(rule="fedgp_auto", seed=3), run(rule="fedgp_auto", seed=3)
+    assert a["history"] == b["history"]
+    c = run(rule="fedgp_auto", seed=4)
+    assert [h["beta"] for h in c["history"]] != [h["beta"] for h in a["history"]]
+
+
+# --- bad input -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("cfg, word", [
+    ({"beta": 1.5}, "beta"), ({"rounds": 0}, "rounds"), ({"rule": "fedxx"}, "rule"), ({"optimizer": "lbfgs"}, "optimizer"),
+    ({"projection": "oblique"}, "projection"), ({"bogus": 1}, "bogus"), ({"source_lr": -1.0}, "source_lr"),
+    ({"n_target_labeled": 0}, "n_target_labeled"), ({"target_fraction": 1.5}, "target_fraction"),
+    ({"rounds": 2.5}, "rounds"), ({"device": "tpu"}, "device"),
+])
+def test_bad_config_names_the_key(cfg, word):
+    with pytest.raises(ValueError, match=word):
+        make_config(**cfg)
+
+
+def test_auto_rule_needs_two_target_batches():
+    with pytest.raises(ValueError, match="target_batch_size"):
+        run(rule="fedgp_auto", n_target_labeled=6, target_batch_size=6)
+
+
+def test_diverging_training_is_reported():
+    with pytest.raises(FloatingPointError, match="client"):
+        run(rule="fedgp", source_lr=1e30, optimizer="sgd")
+
+
+# --- the store: skip finished runs, resume an interrupted sweep -----------------------------------
+def test_run_many_resumes_from_store(tmp_path, monkeypatch):
+    calls = []
+    real = federated.run_experiment
+
+    def counting(**cfg):
+        calls.append(cfg["rule"])
+        return real(_dataset=Blobs(), **cfg)
+
+    monkeypatch.setattr(federated, "run_experiment", counting)
+    cfgs = [{**BASE, "rounds": 2, **METHODS[m]} for m in ("FedGP", "FedDA", "Target only")]
+    labels = [{"method": m} for m in ("FedGP", "FedDA", "Target only")]
+
+    def interrupt(res):
+        if res["labels"]["method"] == "FedDA":
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_many(cfgs, store=tmp_path, experiment="t", progress=False, labels=labels, on_result=interrupt)
+    assert calls == ["fedgp", "fedda"]
+    assert len(list((tmp_path / "t").glob("*.json"))) == 2  # both finished runs were saved before the stop
+    calls.clear()
+    out = run_many(cfgs, store=ResultStore(tmp_path), experiment="t", progress=False, labels=labels)
+    assert calls == ["target_only"]  # only the missing run is computed
+    assert [r["labels"]["method"] for r in out] == ["FedGP", "FedDA", "Target only"]
+    table = federated.results_table(out)
+    fmt, mean, _ = federated.summary_table(table, by=("method",), across="target")
+    assert set(mean.index) == {"FedGP", "FedDA", "Target only"} and "Avg" in mean.columns
