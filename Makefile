@@ -39,6 +39,7 @@ benchmark: setup
 	$(PY) benchmarks/aggregation.py
 	$(PY) benchmarks/phase_diagram.py
 	$(PY) benchmarks/federated.py
+	$(PY) benchmarks/inb.py
 
 clean:
 	rm -rf executed .pytest_cache .hypothesis

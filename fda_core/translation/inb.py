@@ -1,0 +1,555 @@
+"""Fed INB: federated Iterative Naive Barycenter translators (paper Alg. 1–3; spec ``inb.md``).
+
+* :class:`FedMaxKSW` — the multi-max-K-SW objective in its federated form (paper Alg. 1, eq. 2–3,
+  Remark 1): clients send sorted projections (or VW-histogram quantiles), the server averages them into
+  the barycenter y and sends it back, each client returns the gradient of its own term with y held
+  constant, the server sums them. Batched over class problems; drives
+  :func:`~fda_core.translation.stiefel.armijo_cayley_maximize`.
+* :class:`INBLayer` — T_m(x) = x + Θ(t_m(Θᵀx) − Θᵀx) with t_m = F_bary⁻¹ ∘ F_m per direction (spec § 1,
+  step 3) and its exact inverse (t_m replaced by t_m⁻¹; the orthogonal complement of Θ is untouched).
+* :class:`FedINB` — L layers, class-conditional, any client domain to any other
+  (x′ = T_{m′}⁻¹(T_m(x))), variants INB / AEINB / IndAEINB, with or without VW histograms, and the
+  :class:`~fda_core.translation.comms.CommunicationLog` of everything transmitted.
+
+Precision policy: the direction search (the expensive part: J·(1 + backtracking) evaluations per layer)
+runs its projections and gradients in ``search_dtype`` (float32 by default) with Θ and the Stiefel step in
+float64 (spec § 1); the layer maps and the data they move are float64, so T⁻¹(T(x)) = x to ~1e-10
+even where a histogram bin is nearly empty.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .barycenter import (BarycenterQuantile, ClientCDF, barycenter_grid, barycenter_quantile,
+                         fit_client_cdf, vw_edges, vw_pseudo_samples)
+from .comms import CommunicationLog
+from .stiefel import armijo_cayley_maximize, haar_stiefel
+
+__all__ = ["FedMaxKSW", "INBLayer", "FedINB", "max_k_sw_objective", "federated_gradient", "resolve_device",
+           "VARIANTS"]
+
+VARIANTS = ("INB", "AEINB", "IndAEINB")
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """``"auto"`` → CUDA when available, else CPU; anything else as given."""
+    if isinstance(device, str) and device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def sort_last(t: Tensor) -> tuple[Tensor, Tensor]:
+    """(values, indices) of ``t`` sorted along its last dimension. On the CPU numpy's introsort is used
+    (3× faster than ``torch.sort`` for the short rows here; same values, deterministic)."""
+    if t.device.type != "cpu" or t.requires_grad:
+        return t.sort(dim=-1)
+    idx = np.argsort(t.numpy(), axis=-1)
+    return torch.from_numpy(np.take_along_axis(t.numpy(), idx, axis=-1)), torch.from_numpy(idx)
+
+
+def max_k_sw_objective(x: Tensor, theta: Tensor, n_bins: int | None = None) -> Tensor:
+    """The centralised multi-max-K-SW objective (paper eq. 2; with VW histograms eq. 3), differentiable.
+
+    x: (M, n, d) or (B, M, n, d); theta: (d, K) or (B, d, K). F(Θ) = 1/(MKn) Σ_m Σ_k Σ_i
+    ((θ_kᵀx_m)_[i] − y_[i],k)², y the barycenter as a *function* of Θ (the mean of the sorted projections,
+    or the VW pseudo-samples of the averaged quantile edges). Returns F, shape () or (B,).
+    """
+    single = x.ndim == 3
+    if single:
+        x, theta = x[None], theta[None]
+    _, m, n, _ = x.shape
+    k = theta.shape[-1]
+    s = torch.matmul(x, theta[:, None]).transpose(-1, -2).sort(dim=-1).values  # (B, M, K, n)
+    if n_bins is None:
+        y = s.mean(1, keepdim=True)
+    else:
+        y = vw_pseudo_samples(vw_edges(s, n_bins).mean(1, keepdim=True), n)
+    f = (s - y).square().sum(dim=(1, 2, 3)) / (m * k * n)
+    return f[0] if single else f
+
+
+class FedMaxKSW:
+    """Fed-multi-max-K-SW objective (paper Alg. 1) for B class problems, as a
+    :class:`~fda_core.translation.stiefel.StiefelObjective`.
+
+    x: (B, M, n, d) client data in the search dtype (client m holds x[:, m]). Client work and server
+    work are separated: the tensors passed between them go through ``log`` (see ``comms``), and the
+    server only uses what it received. Clients rebuild trial projections from the broadcast gradient
+    sum and the step size (paper App. C.3): X_mΘ(τ) = X_mΘ − τ X_m[G, Θ]W(τ), so one pass over the data
+    per iteration (X_mG) replaces a projection per trial.
+    """
+
+    stage = "max_k_sw"
+
+    def __init__(self, x: Tensor, n_directions: int, n_bins: int | None = None, log: CommunicationLog | None = None,
+                 layer: int = 0):
+        if x.ndim != 4:
+            raise ValueError(f"x must have shape (B, M, n, d), got {tuple(x.shape)}")
+        self.x = x
+        self.b, self.m, self.n, self.d = x.shape
+        self.k = n_directions
+        self.n_bins = n_bins
+        self.log = log
+        self.layer = layer
+        self.xt = x.reshape(self.b, self.m * self.n, self.d).transpose(1, 2)  # (B, d, M·n) view
+        self.scale = 2.0 / (self.m * self.k * self.n)
+        shape = (self.b, self.k, self.m, self.n)
+        self.proj = torch.zeros(shape, dtype=torch.float64, device=x.device)  # Θᵀx at the accepted Θ
+        self.resid = torch.zeros(shape, dtype=x.dtype, device=x.device)  # sorted s − y
+        self.perm = torch.zeros(shape, dtype=torch.long, device=x.device)  # sort permutation
+        self.xg = torch.zeros(self.b, self.k, self.m * self.n, dtype=torch.float64, device=x.device)
+
+    # -- helpers ---------------------------------------------------------------------------------------
+    def _up(self, tag: str, t: Tensor, client_dim: int) -> Tensor:
+        return t if self.log is None else self.log.up(self.layer, self.stage, tag, t, client_dim, t.shape[0])
+
+    def _down(self, tag: str, t: Tensor) -> Tensor:
+        return t if self.log is None else self.log.down(self.layer, self.stage, tag, t, t.shape[0])
+
+    def _rows(self, t: Tensor, idx: Tensor) -> Tensor:
+        return t if idx.numel() == self.b else t.index_select(0, idx)
+
+    # -- StiefelObjective ----------------------------------------------------------------------------
+    def evaluate(self, theta: Tensor, step: tuple[Tensor, Tensor, Tensor] | None, idx: Tensor
+                 ) -> tuple[Tensor, tuple[Tensor, Tensor, Tensor]]:
+        """One round trip at Θ for problems ``idx``: F (len(idx),) float64 and the pending state."""
+        bi = idx.numel()
+        if step is None:  # clients project with Θ₀ (received as theta_init)
+            proj = torch.matmul(theta.transpose(1, 2).to(self.x.dtype), self._rows(self.xt, idx)).to(torch.float64)
+        else:  # clients rebuild Θ(τ) from the step size (paper App. C.3)
+            tau, coef, _ = step
+            tau = self._down("step_size", tau)
+            stacked = torch.cat([self._rows(self.xg, idx), self._rows(self.proj, idx).reshape(bi, self.k, -1)], 1)
+            proj = self._rows(self.proj, idx).reshape(bi, self.k, -1) - tau[:, None, None] * torch.matmul(
+                coef.transpose(1, 2), stacked)
+        proj = proj.reshape(bi, self.k, self.m, self.n)
+        # clients: sort each projected sample; send sorted values (Alg. 1) or VW quantiles (Def. 1)
+        s, perm = sort_last(proj)
+        if self.n_bins is None:
+            msg = self._up("projections", s, client_dim=2)
+        else:
+            msg = self._up("vw_quantiles", vw_edges(s, self.n_bins), client_dim=2)
+        # server: barycenter = average quantile function; clients: y (constant from here on)
+        bary = self._down("barycenter", msg.mean(2))
+        y = bary if self.n_bins is None else vw_pseudo_samples(bary, self.n)
+        resid = s - y[:, :, None]
+        local = resid.square().sum(dim=(1, 3)) / (self.m * self.k * self.n)  # d_m, (bi, M)
+        f = self._up("objective", local, client_dim=1).sum(1)  # server: F = Σ_m d_m
+        return f, (proj, resid.to(self.x.dtype), perm)
+
+    def accept(self, pending: tuple[Tensor, Tensor, Tensor], ok: Tensor, idx: Tensor) -> None:
+        proj, resid, perm = pending
+        self.proj[idx] = proj[ok]
+        self.resid[idx] = resid[ok]
+        self.perm[idx] = perm[ok]
+
+    def gradient(self, idx: Tensor) -> Tensor:
+        """Σ_m ∂d_m/∂Θ with the barycenter held constant (paper Remark 1), (len(idx), d, K) float64.
+
+        Client m: ∂d_m/∂Θ = 2/(MKn) X_mᵀR_m, R_m the residuals put back in sample order.
+        """
+        r = torch.zeros_like(self._rows(self.resid, idx)).scatter_(-1, self._rows(self.perm, idx),
+                                                                     self._rows(self.resid, idx))
+        xs = self._rows(self.x, idx)
+        g_clients = self.scale * torch.matmul(r.transpose(1, 2), xs)  # (bi, M, K, d)
+        g = self._up("gradient", g_clients, client_dim=1).sum(1)  # server sums, (bi, K, d)
+        g = self._down("gradient_sum", g)
+        # clients: X_m G for the trial projections of this iteration (G = −∂F/∂Θ is the Cayley direction)
+        self.xg[idx] = -torch.matmul(g, self._rows(self.xt, idx)).to(torch.float64)
+        return g.transpose(1, 2).to(torch.float64)
+
+
+def federated_gradient(x: Tensor, theta: Tensor, n_bins: int | None = None) -> Tensor:
+    """Σ_m ∂d_m/∂Θ as the federated clients compute it (barycenter constant), x (B, M, n, d),
+    theta (B, d, K) → (B, d, K). Paper Remark 1: equals ∂F/∂Θ of :func:`max_k_sw_objective` (plain)."""
+    obj = FedMaxKSW(x, theta.shape[-1], n_bins)
+    idx = torch.arange(x.shape[0], device=x.device)
+    f, pend = obj.evaluate(theta, None, idx)
+    obj.accept(pend, torch.ones_like(f, dtype=torch.bool), idx)
+    return obj.gradient(idx)
+
+
+@dataclass
+class INBLayer:
+    """One INB layer for G class problems and M clients (spec ``inb.md`` § 1, step 3).
+
+    theta: (G, d, K) float64; cdf: client CDFs with leading dims (G, M, K); bary: barycenter quantile
+    functions with leading dims (G, K). Client m's map along direction k is t = bary ∘ cdf_m.
+    """
+
+    theta: Tensor
+    cdf: ClientCDF
+    bary: BarycenterQuantile
+
+    def map_projections(self, p: Tensor, domain: int | None, inverse: bool = False, rows: Tensor | None = None) -> Tensor:
+        """t_m (or t_m⁻¹) of projections p: (G', K, N) for one ``domain`` (rows = class rows, default all),
+        or (G, M, K, N) for all domains at once (domain None)."""
+        if domain is None:
+            cdf, bary = self.cdf, self.bary.select((slice(None), None))
+        else:
+            sel = (slice(None) if rows is None else rows, domain)
+            cdf = self.cdf.select(sel)
+            bary = self.bary if rows is None else self.bary.select((rows,))
+        return cdf.inverse(bary.inverse(p)) if inverse else bary.forward(cdf.forward(p))
+
+    def apply(self, z: Tensor, domain: int, inverse: bool = False, rows: Tensor | None = None) -> Tensor:
+        """T_m(z) (or T_m⁻¹) = z + Θ(t(Θᵀz) − Θᵀz) for z (G', N, d) float64 (G' = len(rows) or G)."""
+        theta = self.theta if rows is None else self.theta[rows]
+        p = torch.matmul(z, theta).transpose(1, 2)  # (G', K, N)
+        y = self.map_projections(p, domain, inverse, rows)
+        return z + torch.matmul((y - p).transpose(1, 2), theta.transpose(1, 2))
+
+    def apply_all(self, z: Tensor) -> Tensor:
+        """T_m for every client at once, z (G, M, n, d) float64 (client m's data at [:, m])."""
+        p = torch.matmul(z, self.theta[:, None]).transpose(-1, -2)  # (G, M, K, n)
+        y = self.map_projections(p, None)
+        return z + torch.matmul((y - p).transpose(-1, -2), self.theta[:, None].transpose(-1, -2))
+
+
+@dataclass
+class _Block:
+    """Classes with the same number of samples per client, fitted as one batch."""
+
+    classes: list[int]
+    n: int
+    layers: list[INBLayer]
+
+
+def _check_finite(t: Tensor, name: str) -> None:
+    if not torch.isfinite(t).all():
+        raise ValueError(f"{name} contains NaN or infinite values")
+
+
+class FedINB:
+    """Federated Iterative Naive Barycenter translator (paper Alg. 3; spec ``inb.md``).
+
+    Parameters
+    ----------
+    n_layers: L ≥ 0 INB layers. n_directions: K in [1, d]. max_iter: J ≥ 1 Stiefel iterations per layer.
+    n_bins: V ≥ 2 VW-histogram bins for the direction search (None: send sorted projections).
+    variant: "INB" (pixel space), "AEINB" (one shared autoencoder) or "IndAEINB" (one per client).
+    autoencoders: for AE variants, a trained :class:`~fda_core.translation.autoencoder.ConvAutoencoder`
+    (AEINB) or a list of M of them (IndAEINB); None trains them in :meth:`fit` (``ae_epochs``).
+    bary_bins: client-histogram bins B (default round(√n)); bary_grid: barycenter grid points B₂ (100);
+    alpha: pseudo-count per histogram bin; tol, init_step, shrink, grow, armijo_c, max_backtracks:
+    the Stiefel/Armijo settings of spec § 1; seed: Haar draws (and AE training); device: "auto" → CUDA
+    when available; search_dtype: float32 (float64 possible).
+
+    After :meth:`fit`: ``communication`` (a :class:`CommunicationLog`), ``history`` (one dict per layer
+    and class: objective trace, iterations, Armijo trials), ``n_domains``, ``classes``, ``dim``.
+    """
+
+    def __init__(self, n_layers: int = 10, n_directions: int = 10, max_iter: int = 100, n_bins: int | None = None,
+                 *, variant: str = "INB", autoencoders=None, bary_bins: int | None = None, bary_grid: int = 100,
+                 alpha: float = 1e-6, tol: float = 1e-6, init_step: float = 0.1, shrink: float = 0.5,
+                 grow: float = 1.5, armijo_c: float = 0.5, max_backtracks: int = 40, seed: int = 0,
+                 device: str | torch.device = "auto", search_dtype: torch.dtype = torch.float32,
+                 ae_epochs: int = 8, ae_batch_size: int = 64, ae_lr: float = 3e-3):
+        if not isinstance(n_layers, int) or n_layers < 0:
+            raise ValueError(f"n_layers must be an integer >= 0, got {n_layers!r}")
+        if not isinstance(n_directions, int) or n_directions < 1:
+            raise ValueError(f"n_directions must be an integer >= 1 (and <= d), got {n_directions!r}")
+        if not isinstance(max_iter, int) or max_iter < 1:
+            raise ValueError(f"max_iter must be an integer >= 1, got {max_iter!r}")
+        if n_bins is not None and (not isinstance(n_bins, int) or n_bins < 2):
+            raise ValueError(f"n_bins must be None or an integer >= 2, got {n_bins!r}")
+        if variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+        if bary_bins is not None and (not isinstance(bary_bins, int) or bary_bins < 2):
+            raise ValueError(f"bary_bins must be None or an integer >= 2, got {bary_bins!r}")
+        if not isinstance(bary_grid, int) or bary_grid < 2:
+            raise ValueError(f"bary_grid must be an integer >= 2, got {bary_grid!r}")
+        if not alpha > 0:
+            raise ValueError(f"alpha must be > 0, got {alpha}")
+        if not tol >= 0:
+            raise ValueError(f"tol must be >= 0, got {tol}")
+        if search_dtype not in (torch.float32, torch.float64):
+            raise ValueError(f"search_dtype must be torch.float32 or torch.float64, got {search_dtype}")
+        self.n_layers, self.n_directions, self.max_iter, self.n_bins = n_layers, n_directions, max_iter, n_bins
+        self.variant = variant
+        self.autoencoders = autoencoders
+        self.bary_bins, self.bary_grid, self.alpha = bary_bins, bary_grid, alpha
+        self.armijo = dict(tol=tol, init_step=init_step, shrink=shrink, grow=grow, c=armijo_c,
+                           max_backtracks=max_backtracks)
+        self.seed = seed
+        self.device = resolve_device(device)
+        self.search_dtype = search_dtype
+        self.ae = dict(epochs=ae_epochs, batch_size=ae_batch_size, lr=ae_lr)
+        self.communication: CommunicationLog | None = None
+        self.history: list[dict] = []
+        self._blocks: list[_Block] = []
+
+    # -- naming ----------------------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        """The paper's run name, e.g. ``Hist IndAEINB-L10-K10-J100-V500`` (paper Sec. 4)."""
+        base = f"{'Hist ' if self.n_bins else ''}{self.variant}-L{self.n_layers}-K{self.n_directions}-J{self.max_iter}"
+        return base + (f"-V{self.n_bins}" if self.n_bins else "")
+
+    # -- encoders --------------------------------------------------------------------------------------
+    def _ae(self, domain: int):
+        if self.variant == "INB":
+            return None
+        return self.autoencoders if self.variant == "AEINB" else self.autoencoders[domain]
+
+    @torch.inference_mode()
+    def _encode(self, x: Tensor, domain: int) -> Tensor:
+        ae = self._ae(domain)
+        x = x.to(self.device)
+        if ae is None:
+            return x.to(torch.float64)
+        out = [ae.encode(x[i:i + 4096].to(torch.float32)) for i in range(0, x.shape[0], 4096)]
+        return torch.cat(out).to(torch.float64) if out else x.new_zeros(0, self.dim, dtype=torch.float64)
+
+    @torch.inference_mode()
+    def _decode(self, z: Tensor, domain: int) -> Tensor:
+        ae = self._ae(domain)
+        if ae is None:
+            return z
+        out = [ae.decode(z[i:i + 4096].to(torch.float32)) for i in range(0, z.shape[0], 4096)]
+        return torch.cat(out) if out else z.new_zeros(0, self.input_dim, dtype=torch.float32)
+
+    def _prepare_autoencoders(self, domains: Sequence[Tensor]) -> None:
+        from .autoencoder import train_autoencoder
+
+        m = len(domains)
+        if self.variant == "INB":
+            return
+        if any(x.shape[1] != 784 for x in domains):
+            raise ValueError(f"variant {self.variant} uses the 28×28 MNIST autoencoder: domains must be (n_m, 784)")
+        if self.autoencoders is None:
+            if self.variant == "AEINB":
+                self.autoencoders = train_autoencoder(torch.cat(list(domains)), seed=self.seed, device=self.device,
+                                                      **self.ae)[0]
+            else:
+                self.autoencoders = [train_autoencoder(x, seed=self.seed + i, device=self.device, **self.ae)[0]
+                                     for i, x in enumerate(domains)]
+        if self.variant == "IndAEINB" and (not isinstance(self.autoencoders, (list, tuple)) or len(self.autoencoders) != m):
+            raise ValueError(f"IndAEINB needs a list of {m} autoencoders (one per client)")
+        if self.variant == "AEINB" and isinstance(self.autoencoders, (list, tuple)):
+            raise ValueError("AEINB needs one shared autoencoder, not a list")
+        aes = self.autoencoders if isinstance(self.autoencoders, (list, tuple)) else [self.autoencoders]
+        for ae in aes:
+            ae.to(self.device).eval()
+
+    # -- fitting ---------------------------------------------------------------------------------------
+    def fit(self, domains: Sequence[Tensor], labels: Sequence[Tensor] | None = None) -> FedINB:
+        """Fit the translators. domains: M ≥ 2 tensors (n_m, D) (client m's data, D = 784 for the AE
+        variants); labels: None (one class) or M int tensors (n_m,). Within a class every client must
+        hold the same number of samples (the barycenter of paper eq. 2 pairs order statistics)."""
+        domains, labels = self._check_fit_input(domains, labels)
+        m = len(domains)
+        self.n_domains = m
+        self.input_dim = domains[0].shape[1]
+        self._prepare_autoencoders(domains)
+        z_dom = [self._encode(x, i) for i, x in enumerate(domains)]
+        self.dim = z_dom[0].shape[1]
+        if not 1 <= self.n_directions <= self.dim:
+            raise ValueError(f"n_directions must be in [1, d={self.dim}], got {self.n_directions}")
+        # group per class; classes with equal per-client counts form one batched block
+        classes = sorted(set(torch.cat([y.cpu() for y in labels]).tolist()))
+        self.classes = classes
+        by_n: dict[int, list[int]] = {}
+        for c in classes:
+            counts = [int((y == c).sum()) for y in labels]
+            if len(set(counts)) != 1:
+                raise ValueError(f"class {c} has {counts} samples on the {m} clients: every client must hold the "
+                                 "same number of samples of a class (subsample to the smallest count)")
+            if counts[0] < 2:
+                raise ValueError(f"class {c} has {counts[0]} sample(s) per client, need >= 2")
+            by_n.setdefault(counts[0], []).append(c)
+        self.communication = CommunicationLog(m)
+        self.history = []
+        self._blocks = []
+        self._class_pos: dict[int, tuple[int, int]] = {}
+        gen = torch.Generator().manual_seed(self.seed)
+        grid = barycenter_grid(self.bary_grid, device=self.device)
+        data = []
+        for n, cls in sorted(by_n.items()):
+            z = torch.stack([torch.stack([zd[(y == c).to(zd.device)] for zd, y in zip(z_dom, labels)]) for c in cls])
+            data.append(z)  # (G, M, n, d) float64
+            for g, c in enumerate(cls):
+                self._class_pos[c] = (len(self._blocks), g)
+            self._blocks.append(_Block(cls, n, []))
+        for layer in range(self.n_layers):
+            for bi, block in enumerate(self._blocks):
+                data[bi] = self._fit_layer(data[bi], block, layer, gen, grid)
+        return self
+
+    def _fit_layer(self, z: Tensor, block: _Block, layer: int, gen: torch.Generator, grid: Tensor) -> Tensor:
+        g, m, n, d = z.shape
+        k = self.n_directions
+        log = self.communication
+        # Alg. 1: server draws Θ₀ and sends it
+        theta0 = log.down(layer, "max_k_sw", "theta_init", haar_stiefel(d, k, g, gen, device=self.device), g)
+        obj = FedMaxKSW(z.to(self.search_dtype), k, self.n_bins, log, layer)
+        res = armijo_cayley_maximize(theta0, obj, self.max_iter, **self.armijo)
+        theta = res.theta
+        del obj
+        # Alg. 2: per direction, client CDFs up, barycenter inverse CDF down, t_m = F_bary⁻¹ ∘ F_m
+        p = torch.matmul(z, theta[:, None]).transpose(-1, -2)  # (G, M, K, n)
+        cdf = fit_client_cdf(p, self.bary_bins, self.alpha)
+        log.up(layer, "barycenter", "client_cdf", torch.cat([cdf.mu[..., None], cdf.sigma[..., None], cdf.mass], -1),
+               client_dim=1, n_problems=g)
+        bary = barycenter_quantile(cdf, grid, client_dim=1)
+        log.down(layer, "barycenter", "barycenter_quantiles", torch.cat([bary.values, bary.slope[..., None]], -1), g)
+        inb = INBLayer(theta, cdf, bary)
+        block.layers.append(inb)
+        z = inb.apply_all(z)
+        after = max_k_sw_objective(z, theta, self.n_bins)  # F at the same Θ after the maps (Fig. 15 drops)
+        for j, c in enumerate(block.classes):
+            self.history.append(dict(layer=layer, label=c, n_iter=int(res.n_iter[j]), n_trials=int(res.n_trials[j]),
+                                     converged=bool(res.converged[j]), objective=float(res.objective[j]),
+                                     objective_after_map=float(after[j]), trace=res.trace[j]))
+        return z
+
+    def _check_fit_input(self, domains, labels) -> tuple[list[Tensor], list[Tensor]]:
+        if not isinstance(domains, (list, tuple)) or len(domains) < 2:
+            raise ValueError("domains must be a list of at least 2 tensors (n_m, d), one per client")
+        domains = list(domains)
+        for i, x in enumerate(domains):
+            if not isinstance(x, Tensor) or x.ndim != 2:
+                raise ValueError(f"domains[{i}] must be a 2-D tensor (n_m, d), got {getattr(x, 'shape', type(x))}")
+            if x.shape[1] != domains[0].shape[1]:
+                raise ValueError(f"domains[{i}] has d={x.shape[1]}, domains[0] has d={domains[0].shape[1]}")
+            _check_finite(x, f"domains[{i}]")
+        if labels is None:
+            labels = [torch.zeros(x.shape[0], dtype=torch.long) for x in domains]
+        if len(labels) != len(domains):
+            raise ValueError(f"labels must have one tensor per domain ({len(domains)}), got {len(labels)}")
+        labels = [torch.as_tensor(y).cpu() for y in labels]
+        for i, (x, y) in enumerate(zip(domains, labels)):
+            if y.ndim != 1 or y.shape[0] != x.shape[0]:
+                raise ValueError(f"labels[{i}] must have shape ({x.shape[0]},), got {tuple(y.shape)}")
+        return domains, labels
+
+    # -- transforms ------------------------------------------------------------------------------------
+    def _check_apply(self, x: Tensor, domain: int, labels: Tensor | None, layers: int | None, dim: int, name: str
+                     ) -> tuple[Tensor, int]:
+        if not self._blocks:
+            raise ValueError("the translator is not fitted: call fit() first")
+        if not isinstance(domain, int) or not 0 <= domain < self.n_domains:
+            raise ValueError(f"domain must be an integer in [0, {self.n_domains - 1}], got {domain!r}")
+        if x.ndim != 2 or x.shape[1] != dim:
+            raise ValueError(f"{name} must have shape (N, {dim}), got {tuple(x.shape)}")
+        _check_finite(x, name)
+        layers = self.n_layers if layers is None else layers
+        if not isinstance(layers, int) or not 0 <= layers <= self.n_layers:
+            raise ValueError(f"layers must be an integer in [0, {self.n_layers}], got {layers!r}")
+        if labels is None:
+            if len(self.classes) > 1:
+                raise ValueError("labels are required: the translator is class-conditional")
+            labels = torch.full((x.shape[0],), self.classes[0], dtype=torch.long)
+        labels = torch.as_tensor(labels).cpu()
+        if labels.shape != (x.shape[0],):
+            raise ValueError(f"labels must have shape ({x.shape[0]},), got {tuple(labels.shape)}")
+        unknown = set(labels.unique().tolist()) - set(self.classes)
+        if unknown:
+            raise ValueError(f"labels contain classes not seen in fit: {sorted(unknown)}")
+        return labels, layers
+
+    def _latent(self, z: Tensor, domain: int, labels: Tensor, layers: int, inverse: bool) -> Tensor:
+        out = torch.empty_like(z)
+        order = range(layers - 1, -1, -1) if inverse else range(layers)
+        for bi, block in enumerate(self._blocks):
+            cls = [c for c in block.classes if bool((labels == c).any())]
+            if not cls:
+                continue
+            for c in cls:  # classes of a block are applied one at a time (any number of samples each)
+                g = self._class_pos[c][1]
+                rows = torch.tensor([g], device=self.device)
+                mask = (labels == c).to(z.device)
+                zc = z[mask][None]
+                for layer in order:
+                    zc = block.layers[layer].apply(zc, domain, inverse, rows)
+                out[mask] = zc[0]
+        return out
+
+    def transform(self, x: Tensor, domain: int, labels: Tensor | None = None, layers: int | None = None) -> Tensor:
+        """T_m(x): client ``domain``'s data (N, D) → the shared (barycentric) space (N, d) float64.
+
+        For the AE variants x is encoded with client m's (or the shared) encoder first. ``layers``
+        applies only the first ℓ layers."""
+        labels, layers = self._check_apply(x, domain, labels, layers, self.input_dim, "x")
+        return self._latent(self._encode(x, domain), domain, labels, layers, inverse=False)
+
+    def inverse_transform(self, z: Tensor, domain: int, labels: Tensor | None = None, layers: int | None = None
+                          ) -> Tensor:
+        """T_m⁻¹(z): shared space (N, d) → client ``domain``'s space (N, D) (decoded for AE variants)."""
+        labels, layers = self._check_apply(z, domain, labels, layers, self.dim, "z")
+        out = self._latent(z.to(self.device, torch.float64), domain, labels, layers, inverse=True)
+        return self._decode(out, domain)
+
+    def translate(self, x: Tensor, source: int, target: int, labels: Tensor | None = None,
+                  layers: int | None = None) -> Tensor:
+        """x′ = T_target⁻¹(T_source(x)) (spec ``inb.md`` § 1, step 3), class-conditional, (N, D)."""
+        return self.inverse_transform(self.transform(x, source, labels, layers), target, labels, layers)
+
+    # -- batched evaluation ----------------------------------------------------------------------------
+    def translate_all(self, domains: Sequence[Tensor], labels: Sequence[Tensor], depths: Sequence[int],
+                      pairs: Sequence[tuple[int, int]] | None = None):
+        """Translations of every client's (held-out) data to every other client after ℓ layers, for ℓ in
+        ``depths``. domains/labels as in :meth:`fit` (equal per-class counts across clients). Yields
+        (depth, source, target, translated (N, D) in class-sorted order, labels (N,)).
+
+        Batched over classes; the forward passes are shared between depths and targets.
+        """
+        domains, labels = self._check_fit_input(domains, labels)
+        if len(domains) != self.n_domains:
+            raise ValueError(f"need {self.n_domains} domains, got {len(domains)}")
+        depths = sorted(set(depths))
+        if any(not 0 <= dp <= self.n_layers for dp in depths):
+            raise ValueError(f"depths must lie in [0, {self.n_layers}]")
+        m = self.n_domains
+        pairs = [(s, t) for s in range(m) for t in range(m) if s != t] if pairs is None else list(pairs)
+        z_dom = [self._encode(x, i) for i, x in enumerate(domains)]
+        blocks = []  # per block: (class rows, stacked z (G', M, n, d), labels)
+        for block in self._blocks:
+            cls = [c for c in block.classes if bool((labels[0] == c).any())]
+            if not cls:
+                continue
+            counts = {int((y == c).sum()) for y in labels for c in cls}
+            if len(counts) != 1:
+                raise ValueError("translate_all needs the same number of samples per class and client")
+            rows = torch.tensor([self._class_pos[c][1] for c in cls], device=self.device)
+            z = torch.stack([torch.stack([zd[(y == c).to(zd.device)] for zd, y in zip(z_dom, labels)]) for c in cls])
+            lab = torch.tensor(cls).repeat_interleave(counts.pop())
+            blocks.append((block, rows, z, lab))
+        cur = [b[2] for b in blocks]  # forward state, depth 0
+        done = 0
+        for depth in depths:
+            for bi, (block, rows, _, _) in enumerate(blocks):
+                for layer in range(done, depth):
+                    cur[bi] = self._apply_rows_all(block.layers[layer], cur[bi], rows)
+            done = depth
+            for s, t in pairs:
+                parts, labs = [], []
+                for bi, (block, rows, _, lab) in enumerate(blocks):
+                    zc = cur[bi][:, s]
+                    for layer in range(depth - 1, -1, -1):
+                        zc = block.layers[layer].apply(zc, t, inverse=True, rows=rows)
+                    parts.append(zc.reshape(-1, zc.shape[-1]))
+                    labs.append(lab)
+                yield depth, s, t, self._decode(torch.cat(parts), t), torch.cat(labs)
+
+    @staticmethod
+    def _apply_rows_all(layer: INBLayer, z: Tensor, rows: Tensor) -> Tensor:
+        if rows.numel() == layer.theta.shape[0] and bool((rows == torch.arange(rows.numel(), device=rows.device)).all()):
+            return layer.apply_all(z)
+        sub = INBLayer(layer.theta[rows], layer.cdf.select((rows,)), layer.bary.select((rows,)))
+        return sub.apply_all(z)
+
+    # -- summaries -------------------------------------------------------------------------------------
+    def iteration_counts(self) -> dict[int, int]:
+        """Per class: Armijo trials summed over layers (= objective evaluations after the first; the
+        count of paper Tables 5–6, which exceeds L·J by the backtracking steps)."""
+        out: dict[int, int] = {}
+        for h in self.history:
+            out[h["label"]] = out.get(h["label"], 0) + h["n_trials"]
+        return out

@@ -1,0 +1,100 @@
+"""Wasserstein distance between sample sets through POT (paper Sec. 4 Metrics and App. E.1; spec ``inb.md``
+§ Variants and metrics).
+
+WD(x, y) is the optimal transport cost with the squared Euclidean ground cost between the empirical
+measures of x and y (uniform weights), i.e. W₂², which is what the reference code reports
+(``SinkhornDistance``: Σ π_ij ‖x_i − y_j‖², no square root). Two solvers:
+
+* ``"emd"``: exact network simplex (``ot.emd2``);
+* ``"sinkhorn"``: entropic OT, batched log-domain Sinkhorn (``ot.batch.solve_batch``), reporting the
+  linear cost ⟨π_ε, C⟩; ε = ``reg`` × mean(C), so the bias is scale free (≈ +1–2 % of the exact value at
+  reg = 0.02 on MNIST digits).
+
+Large sets are split at random into chunks of at most ``chunk`` points per side and the chunk costs
+averaged (an upper-biased estimate of the full-sample cost, standard when n² memory is too much).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import ot
+import torch
+from torch import Tensor
+
+__all__ = ["wasserstein_distance", "wasserstein_distances", "squared_distances"]
+
+METHODS = ("emd", "sinkhorn")
+
+
+def _check_pair(x: Tensor, y: Tensor, i: int) -> None:
+    if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[1]:
+        raise ValueError(f"x and y must be (n, d) and (m, d) with the same d (pair {i}), got {tuple(x.shape)}, "
+                         f"{tuple(y.shape)}")
+    if x.shape[0] < 1 or y.shape[0] < 1:
+        raise ValueError(f"x and y need at least one point (pair {i})")
+
+
+def _chunks(n: int, k: int, gen: torch.Generator) -> list[Tensor]:
+    return list(torch.randperm(n, generator=gen).tensor_split(k)) if k > 1 else [torch.arange(n)]
+
+
+def squared_distances(a: Tensor, b: Tensor) -> Tensor:
+    """Squared Euclidean cost matrices C_ij = ‖a_i − b_j‖², a (B, n, d), b (B, m, d) → (B, n, m) float64.
+
+    One batched float32 GEMM (‖a‖² + ‖b‖² − 2abᵀ via ``torch.cdist``); relative error ~1e-6."""
+    return torch.cdist(a.to(torch.float32), b.to(torch.float32)).to(torch.float64).square()
+
+
+def wasserstein_distances(pairs: list[tuple[Tensor, Tensor]], method: str = "emd", reg: float = 0.02,
+                          max_iter: int = 1000, tol: float = 1e-6, chunk: int = 1000, seed: int = 0) -> np.ndarray:
+    """WD (squared-Euclidean OT cost) of each pair (x (n, d), y (m, d)); returns (len(pairs),) float64.
+
+    Problems of equal size share one batched cost computation (and one batched Sinkhorn). ``chunk`` ≥ 2
+    caps the points per side of one OT problem (random split, costs averaged weighted by chunk size);
+    ``seed`` fixes the split.
+    """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if not isinstance(chunk, int) or chunk < 2:
+        raise ValueError(f"chunk must be an integer >= 2, got {chunk!r}")
+    if method == "sinkhorn" and not reg > 0:
+        raise ValueError(f"reg must be > 0 for Sinkhorn, got {reg}")
+    gen = torch.Generator().manual_seed(seed)
+    problems: list[tuple[int, float, Tensor, Tensor]] = []  # (pair index, weight, xs, ys)
+    for i, (x, y) in enumerate(pairs):
+        _check_pair(x, y, i)
+        x, y = x.detach().cpu(), y.detach().cpu()
+        k = max(math.ceil(x.shape[0] / chunk), math.ceil(y.shape[0] / chunk))
+        if k > min(x.shape[0], y.shape[0]):
+            raise ValueError(f"pair {i}: too few points for {k} chunks")
+        for a, b in zip(_chunks(x.shape[0], k, gen), _chunks(y.shape[0], k, gen)):
+            problems.append((i, a.numel() / x.shape[0], x[a], y[b]))
+    out = np.zeros(len(pairs))
+    groups: dict[tuple[int, int], list[int]] = {}
+    for j, (_, _, a, b) in enumerate(problems):
+        groups.setdefault((a.shape[0], b.shape[0]), []).append(j)
+    for (n, m), members in groups.items():
+        a = torch.stack([problems[j][2] for j in members])
+        b = torch.stack([problems[j][3] for j in members])
+        if not bool(torch.isfinite(a.sum(dtype=torch.float64) + b.sum(dtype=torch.float64))):  # NaN/inf propagate
+            raise ValueError("x or y contains NaN or infinite values")
+        cost = squared_distances(a, b)
+        if method == "emd":
+            wa, wb = np.full(n, 1.0 / n), np.full(m, 1.0 / m)
+            vals = [float(ot.emd2(wa, wb, c, numItermax=10_000_000)) for c in cost.numpy()]
+        else:
+            eps = reg * cost.mean(dim=(1, 2))  # relative ε, one per problem
+            res = ot.batch.solve_batch(cost / eps[:, None, None], reg=1.0, method="log_sinkhorn", max_iter=max_iter,
+                                       tol=tol, grad="detach")
+            vals = (res.plan * cost).sum(dim=(1, 2)).tolist()
+        for j, v in zip(members, vals):
+            out[problems[j][0]] += problems[j][1] * v
+    return out
+
+
+def wasserstein_distance(x: Tensor, y: Tensor, method: str = "emd", reg: float = 0.02, max_iter: int = 1000,
+                         tol: float = 1e-6, chunk: int = 1000, seed: int = 0) -> float:
+    """WD between x (n, d) and y (m, d): the squared-Euclidean OT cost (W₂²), see the module docstring."""
+    return float(wasserstein_distances([(x, y)], method, reg, max_iter, tol, chunk, seed)[0])

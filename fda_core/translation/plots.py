@@ -1,0 +1,115 @@
+"""Figures of notebook 06 (paper Fig. 2, Fig. 3a, Fig. 15, Tables 5–6), drawn from
+:func:`fda_core.translation.experiments.run_translation` records. Each function returns the figure (or
+axes) and the table of exactly the numbers plotted, for :func:`fda_core.plotting.save_figure`."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+__all__ = ["curve_table", "plot_wd_curves", "plot_translation_grid", "plot_objective_traces", "plot_iterations"]
+
+
+def curve_table(results: dict[str, dict]) -> pd.DataFrame:
+    """Long table (run, depth, params, params_up, params_down, wd, wd_sem) of several records."""
+    return pd.concat([pd.DataFrame(r["curve"]).assign(run=name) for name, r in results.items()], ignore_index=True)[
+        ["run", "depth", "params", "params_up", "params_down", "wd", "wd_sem"]]
+
+
+def plot_wd_curves(results: dict[str, dict], ax: plt.Axes | None = None, identity: float | None = None,
+                   title: str | None = None) -> tuple[plt.Axes, pd.DataFrame]:
+    """WD (held-out, mean over client pairs and digits) against parameters sent + received per client,
+    one line per run, markers at each evaluated depth (paper Fig. 2). The x axis is symlog so that the
+    starting point (0 parameters) shows."""
+    ax = ax or plt.gca()
+    table = curve_table(results)
+    for name, t in table.groupby("run", sort=False):
+        ax.errorbar(t.params, t.wd, yerr=t.wd_sem, marker="o", ms=3.5, capsize=2, lw=1.4, label=name)
+    if identity is not None:
+        ax.axhline(identity, color="grey", ls="--", lw=1, label="identity (no translation)")
+    positive = table.params[table.params > 0]
+    ax.set_xscale("symlog", linthresh=float(positive.min()) if len(positive) else 1.0)
+    ax.set_xlim(left=0)  # parameters are never negative; the linear part of the scale holds the start at 0
+    ax.set_xlabel("parameters transmitted per client (up + down, cumulative)")
+    ax.set_ylabel("WD (held-out, squared-Euclidean OT cost)")
+    ax.legend(fontsize=7)
+    if title:
+        ax.set_title(title, fontsize=10)
+    return ax, table
+
+
+def plot_translation_grid(grid: dict, title: str | None = None) -> tuple[plt.Figure, pd.DataFrame]:
+    """Originals from the source client, their translations to the target client, and the real target
+    digits (the same digits rotated), as rows of 28×28 images (paper Fig. 3a). Table: one row per image
+    with its label, row kind and mean intensity."""
+    rows = [("original", np.asarray(grid["original"])), ("translated", np.asarray(grid["translated"])),
+            ("real target", np.asarray(grid["target_real"]))]
+    labels = np.asarray(grid["labels"])
+    n = len(labels)
+    per_row = min(n, 10)
+    n_sub = int(np.ceil(n / per_row))
+    fig, axes = plt.subplots(3 * n_sub, per_row, figsize=(per_row * 0.9, 3 * n_sub * 0.95))
+    axes = np.atleast_2d(axes)
+    recs = []
+    for r, (kind, imgs) in enumerate(rows):
+        for i in range(n):
+            ax = axes[r * n_sub + i // per_row, i % per_row]
+            ax.imshow(np.clip(imgs[i].reshape(28, 28), 0, 1), cmap="gray_r", vmin=0, vmax=1)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if i % per_row == 0:
+                ax.set_ylabel(kind, fontsize=7)
+            recs.append(dict(kind=kind, index=i, label=int(labels[i]), mean_intensity=float(imgs[i].mean())))
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig, pd.DataFrame(recs)
+
+
+def plot_objective_traces(results: dict[str, dict], digits=(0, 1, 2)) -> tuple[plt.Figure, pd.DataFrame]:
+    """The max-K-SW objective through the Armijo iterations of every layer, concatenated over layers, one
+    panel per digit (paper Fig. 15). The jumps down are where the 1-D barycenter maps aligned the data
+    and a new Θ₀ was drawn."""
+    fig, axes = plt.subplots(1, len(digits), figsize=(4.2 * len(digits), 3.4), squeeze=False)
+    recs = []
+    for ax, digit in zip(axes[0], digits):
+        for name, r in results.items():
+            tr = [t for t in r["traces"] if t["label"] == digit]
+            tr.sort(key=lambda t: t["layer"])
+            xs, ys, starts = [], [], []
+            step = 0
+            for t in tr:
+                starts.append(step)
+                for j, v in enumerate(t["trace"]):
+                    xs.append(step)
+                    ys.append(v)
+                    recs.append(dict(run=name, digit=digit, layer=t["layer"], iteration=j, step=step, objective=v))
+                    step += 1
+            ax.plot(xs, ys, lw=1.2, label=name)
+        ax.set_yscale("log")
+        ax.set_xlabel("iteration (layers concatenated)")
+        ax.set_title(f"digit {digit}", fontsize=10)
+    axes[0, 0].set_ylabel("max-K-SW objective F(Θ)")
+    axes[0, 0].legend(fontsize=7)
+    fig.tight_layout()
+    return fig, pd.DataFrame(recs)
+
+
+def plot_iterations(table: pd.DataFrame, ax: plt.Axes | None = None, title: str | None = None) -> plt.Axes:
+    """Armijo iterations (objective evaluations) per digit, one bar group per digit and run (Tables 5–6);
+    ``table`` has columns digit, run, iterations."""
+    ax = ax or plt.gca()
+    runs = list(dict.fromkeys(table.run))
+    digits = sorted(table.digit.unique())
+    w = 0.8 / max(1, len(runs))
+    for i, run in enumerate(runs):
+        t = table[table.run == run].set_index("digit").reindex(digits)
+        ax.bar(np.arange(len(digits)) + i * w, t.iterations, width=w, label=run)
+    ax.set_xticks(np.arange(len(digits)) + 0.4 - w / 2, [str(d) for d in digits])
+    ax.set_xlabel("digit")
+    ax.set_ylabel("iterations incl. backtracking (L·J + extra)")
+    ax.legend(fontsize=7)
+    if title:
+        ax.set_title(title, fontsize=10)
+    return ax

@@ -1,0 +1,309 @@
+"""Fed INB (fda_core.translation): Remark 1, the Stiefel step, invertibility, VW histograms with V = n,
+monotone Armijo objective, held-out WD after translation, communication counts, bad input, and a smoke
+run of benchmarks/inb.py."""
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from fda_core.translation import (CommunicationLog, FedINB, expected_parameters, federated_gradient,
+                                  max_k_sw_objective, wasserstein_distance, wasserstein_distances)
+from fda_core.translation.autoencoder import LATENT_DIM, ConvAutoencoder, train_autoencoder
+from fda_core.translation.barycenter import (barycenter_grid, barycenter_quantile, fit_client_cdf, vw_edges,
+                                             vw_pseudo_samples)
+from fda_core.translation.stiefel import cayley_step, descent_slope, haar_stiefel
+
+ROOT = Path(__file__).resolve().parent.parent
+F64 = torch.float64
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """One CPU thread: the shared 2-core machines are oversubscribed, where OpenMP barriers collapse."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def _blobs(m=3, n=40, d=6, classes=2, seed=0):
+    """Client m: class c ~ N(shift_m,c, diag scale_m²) with different means and scales per client."""
+    g = torch.Generator().manual_seed(seed)
+    doms, labs = [], []
+    for i in range(m):
+        xs = [torch.randn(n, d, generator=g) * (1 + 0.4 * i) + 1.5 * i * (c + 1) for c in range(classes)]
+        doms.append(torch.cat(xs))
+        labs.append(torch.arange(classes).repeat_interleave(n))
+    return doms, labs
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    doms, labs = _blobs()
+    return FedINB(3, 2, 15, seed=1, device="cpu").fit(doms, labs), doms, labs
+
+
+# -------------------------------------------------------------------------------------------- Stiefel
+def test_haar_init_orthonormal_seeded():
+    a = haar_stiefel(20, 5, 3, torch.Generator().manual_seed(4))
+    b = haar_stiefel(20, 5, 3, torch.Generator().manual_seed(4))
+    assert torch.equal(a, b) and a.shape == (3, 20, 5)
+    assert torch.allclose(a.mT @ a, torch.eye(5, dtype=F64).expand(3, 5, 5), atol=1e-12)
+
+
+def test_cayley_step_keeps_orthonormality_and_descends():
+    g = torch.Generator().manual_seed(0)
+    theta = haar_stiefel(30, 4, 2, g)
+    for tau in (1e-3, 0.1, 1.0, 10.0, 1e3):
+        grad = torch.randn(2, 30, 4, generator=g, dtype=F64) * 5
+        theta = cayley_step(theta, grad, tau)
+        assert torch.allclose(theta.mT @ theta, torch.eye(4, dtype=F64).expand(2, 4, 4), atol=1e-10), tau
+    # the slope m = <G, -AΘ> is ≤ 0 and is the derivative of <G, Θ(τ)> at τ = 0
+    grad = torch.randn(2, 30, 4, generator=g, dtype=F64)
+    m = descent_slope(theta, grad)
+    h = 1e-6
+    fd = ((grad * cayley_step(theta, grad, h)).sum((1, 2)) - (grad * theta).sum((1, 2))) / h
+    assert (m <= 0).all() and torch.allclose(fd, m, rtol=1e-4)
+
+
+# ------------------------------------------------------------------------------------------ Remark 1
+@pytest.mark.parametrize("m,n,d,k", [(2, 30, 5, 2), (4, 50, 12, 3)])
+def test_remark1_federated_gradient_equals_centralised(m, n, d, k):
+    g = torch.Generator().manual_seed(m)
+    x = torch.randn(3, m, n, d, generator=g, dtype=F64) * torch.arange(1, m + 1, dtype=F64)[None, :, None, None]
+    theta = haar_stiefel(d, k, 3, g).requires_grad_(True)
+    max_k_sw_objective(x, theta).sum().backward()  # barycenter differentiated (a function of Θ)
+    fed = federated_gradient(x, theta.detach())  # clients hold it constant, server sums
+    assert torch.allclose(fed, theta.grad, rtol=1e-10, atol=1e-12)
+    # the identity is a property of the sum: one client's constant-barycenter gradient is biased
+    th = theta.detach().clone().requires_grad_(True)
+    s = torch.matmul(x, th[:, None]).transpose(-1, -2).sort(-1).values
+    y = s.mean(1, keepdim=True)
+    term0 = (s[:, 0] - y[:, 0]).square().sum() / (m * k * n)
+    true0 = torch.autograd.grad(term0, th, retain_graph=True)[0]
+    const0 = torch.autograd.grad((s[:, 0] - y[:, 0].detach()).square().sum() / (m * k * n), th)[0]
+    assert (true0 - const0).abs().max() > 1e-3
+
+
+# ------------------------------------------------------------------------------- layers, invertibility
+def test_layers_invertible_and_self_translation_is_identity(fitted):
+    model, doms, labs = fitted
+    g = torch.Generator().manual_seed(9)
+    for m in range(3):
+        held = doms[m] + 0.3 * torch.randn(doms[m].shape, generator=g)
+        held[:3] *= 25  # far outside the training range: linear tails of the maps
+        for x in (doms[m], held):
+            z = model.transform(x, m, labs[m])
+            assert z.shape == x.shape and z.dtype == F64
+            assert torch.allclose(model.inverse_transform(z, m, labs[m]), x.double(), atol=1e-8)
+            assert torch.allclose(model.translate(x, m, m, labs[m]), x.double(), atol=1e-8)
+        for layer in range(model.n_layers + 1):  # every partial stack is invertible too
+            z = model.transform(held, m, labs[m], layers=layer)
+            assert torch.allclose(model.inverse_transform(z, m, labs[m], layers=layer), held.double(), atol=1e-8)
+
+
+def test_one_d_barycenter_maps_are_monotone_and_reach_the_barycenter():
+    g = torch.Generator().manual_seed(2)
+    z = torch.stack([torch.randn(4000, generator=g, dtype=F64) - 2, 3 * torch.randn(4000, generator=g, dtype=F64) + 2])
+    cdf = fit_client_cdf(z[None])  # leading (1, 2 clients)
+    bary = barycenter_quantile(cdf, barycenter_grid(200), client_dim=1)  # W2 barycenter of N(-2,1), N(2,9): N(0, 4)
+    grid = torch.linspace(-40, 40, 20001, dtype=F64).expand(1, 2, -1)
+    s = cdf.forward(grid)
+    assert (s.diff(dim=-1) > 0).all()
+    assert torch.allclose(cdf.inverse(s), grid, atol=1e-9)
+    t = bary.select((slice(None), None)).forward(cdf.forward(z[None]))  # t_m = F_bary⁻¹ ∘ F_m
+    assert t.mean(-1).abs().max() < 0.1 and (t.std(-1) - 2).abs().max() < 0.15
+    back = cdf.inverse(bary.select((slice(None), None)).inverse(t))
+    assert torch.allclose(back, z[None], atol=1e-9)
+
+
+def test_vw_edges_and_pseudo_samples():
+    s = torch.sort(torch.randn(2, 3, 12, dtype=F64), -1).values
+    e = vw_edges(s, 12)
+    assert torch.equal(e[..., 1:], s) and torch.equal(e[..., 0], s[..., 0])
+    assert torch.equal(vw_pseudo_samples(e, 12), s)
+    e4 = vw_edges(s, 4)  # edges at order statistics 3, 6, 9, 12 (1-based)
+    assert torch.equal(e4[..., 1:], s[..., 2::3])
+    assert (vw_pseudo_samples(e4, 12).diff(dim=-1) >= 0).all()
+
+
+# ----------------------------------------------------------------------------------- VW with V = n
+def test_vw_with_v_equal_n_reproduces_plain():
+    doms, labs = _blobs(n=30)
+    plain = FedINB(2, 2, 12, None, seed=3, device="cpu").fit(doms, labs)
+    hist = FedINB(2, 2, 12, 30, seed=3, device="cpu").fit(doms, labs)
+    for hp, hh in zip(plain.history, hist.history):
+        assert hp["trace"] == hh["trace"] and hp["n_trials"] == hh["n_trials"]
+    x = doms[1]
+    assert torch.equal(plain.translate(x, 1, 2, labs[1]), hist.translate(x, 1, 2, labs[1]))
+    # the only difference is what travels: V + 1 = n + 1 quantile edges instead of n sorted values
+    assert hist.communication.total() > plain.communication.total()
+    # and a coarse histogram changes the optimisation
+    coarse = FedINB(2, 2, 12, 5, seed=3, device="cpu").fit(doms, labs)
+    assert coarse.history[0]["trace"] != plain.history[0]["trace"]
+
+
+# ------------------------------------------------------------------------------------ Armijo ascent
+def test_objective_non_decreasing_over_accepted_steps(fitted):
+    model, _, _ = fitted
+    for h in model.history:
+        tr = np.asarray(h["trace"])
+        assert len(tr) == h["n_iter"] + 1
+        assert (np.diff(tr) >= -1e-12).all()
+        assert tr[-1] > tr[0]
+        assert h["n_trials"] >= h["n_iter"] - 1  # at least one trial per iteration that found a step
+        assert h["objective_after_map"] < tr[-1]  # the 1-D maps align the chosen directions
+
+
+def test_same_seed_same_numbers():
+    doms, labs = _blobs(n=25)
+    a = FedINB(2, 2, 8, seed=5, device="cpu").fit(doms, labs)
+    b = FedINB(2, 2, 8, seed=5, device="cpu").fit(doms, labs)
+    c = FedINB(2, 2, 8, seed=6, device="cpu").fit(doms, labs)
+    ta, tb, tc = (mod.translate(doms[0], 0, 2, labs[0]) for mod in (a, b, c))
+    assert torch.equal(ta, tb) and not torch.equal(ta, tc)
+
+
+# ------------------------------------------------------------------------ held-out WD, real digits
+def test_translation_lowers_heldout_wd_on_rotated_mnist():
+    from fda_core.datasets import downsample
+    from fda_core.translation.data import rotated_mnist
+
+    d = rotated_mnist((0, 45, 90), n_train_per_class=150, n_test_per_class=50, seed=0)
+    keep = lambda x, y: (downsample(x[y < 3].reshape(-1, 1, 28, 28), 14).reshape(-1, 196), y[y < 3])  # noqa: E731
+    tr = [keep(x, y) for x, y in zip(d.train_x, d.train_y)]
+    te = [keep(x, y) for x, y in zip(d.test_x, d.test_y)]
+    model = FedINB(4, 5, 30, seed=0, device="cpu").fit([t[0] for t in tr], [t[1] for t in tr])
+    ident, trans = [], []
+    for s, t in [(0, 2), (2, 0), (0, 1)]:
+        out = model.translate(te[s][0], s, t, te[s][1])
+        for c in range(3):
+            real = te[t][0][te[t][1] == c]
+            ident.append((real, te[s][0][te[s][1] == c]))
+            trans.append((real, out[te[s][1] == c]))
+    w_id, w_tr = wasserstein_distances(ident).mean(), wasserstein_distances(trans).mean()
+    assert w_tr < 0.7 * w_id, (w_tr, w_id)
+
+
+# ------------------------------------------------------------------------------- communication
+@pytest.mark.parametrize("n_bins", [None, 7])
+def test_communication_counts_match_formula(n_bins):
+    doms, labs = _blobs(m=3, n=20, d=5, classes=2)
+    k, j = 2, 6
+    model = FedINB(2, k, j, n_bins, bary_bins=4, bary_grid=9, seed=0, device="cpu").fit(doms, labs)
+    log = model.communication
+    for layer in range(2):
+        up = down = 0
+        for h in (h for h in model.history if h["layer"] == layer):
+            e = expected_parameters(5, k, 20, h["n_iter"], h["n_trials"], n_bins, 4, 9)
+            up, down = up + e.up, down + e.down
+        assert log.total("up", layer=layer) == up and log.total("down", layer=layer) == down
+    # by hand for one layer of plain Fed INB: K·n per evaluation both ways, d·K per gradient both ways
+    h0 = [h for h in model.history if h["layer"] == 0]
+    t = log.table()
+    row = lambda tag: int(t[(t.layer == 0) & (t.tag == tag)].params_per_client.sum())  # noqa: E731
+    q = 20 if n_bins is None else n_bins + 1
+    evals = sum(1 + h["n_trials"] for h in h0)
+    assert row("projections" if n_bins is None else "vw_quantiles") == evals * k * q
+    assert row("gradient") == sum(h["n_iter"] for h in h0) * 5 * k
+    assert row("client_cdf") == 2 * k * (4 + 2) and row("barycenter_quantiles") == 2 * k * (9 + 1)
+    per_layer = log.per_layer()
+    assert per_layer.total.sum() == log.total() and list(per_layer.layer) == [0, 1]
+    assert CommunicationLog.from_dict(log.to_dict()).table().equals(log.table())
+
+
+# ----------------------------------------------------------------------------------- metric (POT)
+def test_wasserstein_emd_and_sinkhorn_agree():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(60, 8, generator=g)
+    y = torch.randn(60, 8, generator=g) + 1.0
+    emd = wasserstein_distance(x, y, "emd")
+    sk = wasserstein_distance(x, y, "sinkhorn", reg=0.01)
+    assert abs(sk - emd) / emd < 0.03 and sk >= emd - 1e-6
+    assert wasserstein_distance(x, x, "emd") < 1e-6
+    # one point each: the squared distance
+    assert wasserstein_distance(x[:1], y[:1]) == pytest.approx(float((x[0] - y[0]).square().sum()), rel=1e-5)
+    chunked = wasserstein_distance(x, y, "emd", chunk=30)
+    assert chunked >= emd - 1e-6
+
+
+# ---------------------------------------------------------------------------------- autoencoder
+def test_autoencoder_shapes_and_training_runs():
+    ae = ConvAutoencoder()
+    x = torch.rand(5, 784)
+    assert ae.encode(x).shape == (5, LATENT_DIM) and ae.decode(ae.encode(x)).shape == (5, 784)
+    model, losses = train_autoencoder(torch.rand(64, 784), epochs=2, batch_size=32)
+    assert len(losses) == 2 and not model.training
+
+
+def test_aeinb_variants_translate_images():
+    from fda_core.translation.data import rotated_mnist
+
+    d = rotated_mnist((0, 60), n_train_per_class=20, n_test_per_class=5)
+    keep = lambda x, y: (x[y < 2], y[y < 2])  # noqa: E731
+    tr = [keep(x, y) for x, y in zip(d.train_x, d.train_y)]
+    for variant in ("AEINB", "IndAEINB"):
+        model = FedINB(1, 3, 3, 10, variant=variant, ae_epochs=1, device="cpu").fit([t[0] for t in tr],
+                                                                                   [t[1] for t in tr])
+        assert model.dim == LATENT_DIM and model.name == f"Hist {variant}-L1-K3-J3-V10"
+        out = model.translate(tr[0][0], 0, 1, tr[0][1])
+        assert out.shape == tr[0][0].shape and float(out.min()) >= 0 and float(out.max()) <= 1
+
+
+# ------------------------------------------------------------------------------------- bad input
+def test_bad_input_raises_value_error(fitted):
+    model, doms, labs = fitted
+    with pytest.raises(ValueError, match="n_directions"):
+        FedINB(1, 7, 5, device="cpu").fit(doms, labs)  # K = 7 > d = 6
+    with pytest.raises(ValueError, match="n_bins"):
+        FedINB(1, 2, 5, n_bins=1)
+    with pytest.raises(ValueError, match="max_iter"):
+        FedINB(1, 2, 0)
+    with pytest.raises(ValueError, match="variant"):
+        FedINB(1, 2, 5, variant="StarGAN")
+    with pytest.raises(ValueError, match="domain"):
+        model.transform(doms[0], 3, labs[0])
+    with pytest.raises(ValueError, match="domain"):
+        model.translate(doms[0], 0, -1, labs[0])
+    with pytest.raises(ValueError, match="shape"):
+        model.transform(doms[0][:, :4], 0, labs[0])
+    with pytest.raises(ValueError, match="labels are required"):
+        model.transform(doms[0], 0)
+    with pytest.raises(ValueError, match="layers"):
+        model.transform(doms[0], 0, labs[0], layers=4)
+    bad = doms[0].clone()
+    bad[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        model.transform(bad, 0, labs[0])
+    with pytest.raises(ValueError, match="NaN"):
+        FedINB(1, 2, 5, device="cpu").fit([bad, doms[1]], labs[:2])
+    with pytest.raises(ValueError, match="d="):
+        FedINB(1, 2, 5, device="cpu").fit([doms[0], doms[1][:, :5]])
+    with pytest.raises(ValueError, match="same number of samples"):
+        FedINB(1, 2, 5, device="cpu").fit([doms[0], doms[1][:-1]], [labs[0], labs[1][:-1]])
+    with pytest.raises(ValueError, match="at least 2"):
+        FedINB(1, 2, 5, device="cpu").fit([doms[0]])
+    with pytest.raises(ValueError, match="n_bins"):
+        vw_edges(torch.zeros(3, 4), 1)
+    with pytest.raises(ValueError, match="n_directions"):
+        haar_stiefel(3, 4)
+    with pytest.raises(ValueError, match="method"):
+        wasserstein_distance(doms[0], doms[1], "fid")
+    with pytest.raises(ValueError, match="same d"):
+        wasserstein_distance(doms[0], doms[1][:, :3])
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        train_autoencoder(torch.full((4, 784), 2.0))
+
+
+# --------------------------------------------------------------------------------- benchmark smoke
+def test_benchmark_quick_mode_runs():
+    spec = importlib.util.spec_from_file_location("bench_inb", ROOT / "benchmarks" / "inb.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rec = bench.run(quick=True, device="cpu", threads=1)
+    assert rec["fast_seconds"] > 0 and rec["reference_seconds"] > 0 and rec["ratio"] > 0
+    assert rec["max_objective_rel_diff"] < 1e-3  # the reference and the fast code agree on the first layer
+    assert "ratio" in bench.format_report(rec)
