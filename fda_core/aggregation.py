@@ -489,11 +489,17 @@ def fedgp(
             result, contiguous, sharing no memory with a source; it may be the target gradient itself).
             Reusing one buffer across rounds avoids allocating an m-sized result per call.
     """
+    return _fedgp_exact(source_grads, target_grad, beta, weights, out, filter_negative=True)
+
+
+def _fedgp_exact(source_grads: SourceGrads, target_grad: TargetGrad, beta: BetaLike, weights: BetaLike | None,
+                 out: Tensor | GradDict | None, *, filter_negative: bool) -> TargetGrad:
+    """Shared body of :func:`fedgp` and :func:`fedgp_nofilter` (exact projection, with or without the filter)."""
     blocks = _normalise(source_grads, target_grad)
     b = _check_beta(beta, blocks)
     w = _check_weights(weights, blocks)
     wb = (w * b).expand(blocks.batch_shape + (blocks.n_sources,))
-    coefs, checks = _projection_coefs(blocks, wb, "exact", None)
+    coefs, checks = _projection_coefs(blocks, wb, "exact", None, filter_negative=filter_negative)
     return _aggregate(blocks, 1.0 - wb.sum(-1), coefs, checks, out=out)
 
 
@@ -508,12 +514,7 @@ def fedgp_nofilter(
     """FedGP without the filter (the ablation of FedGP paper Table 4): ĝ = Σ_i w_i [(1 − β_i) g_T + β_i
     ⟨g_T, g_i⟩ g_i / ‖g_i‖²], i.e. the signed projection, so a source pointing against the target pulls
     the update along its own direction with a negative coefficient. Same forms and arguments as :func:`fedgp`."""
-    blocks = _normalise(source_grads, target_grad)
-    b = _check_beta(beta, blocks)
-    w = _check_weights(weights, blocks)
-    wb = (w * b).expand(blocks.batch_shape + (blocks.n_sources,))
-    coefs, checks = _projection_coefs(blocks, wb, "exact", None, filter_negative=False)
-    return _aggregate(blocks, 1.0 - wb.sum(-1), coefs, checks, out=out)
+    return _fedgp_exact(source_grads, target_grad, beta, weights, out, filter_negative=False)
 
 
 def magnitude_alignment(

@@ -478,24 +478,20 @@ def run_experiment(*, _dataset: Any = None, progress: bool = False, **config: An
             projection = c["projection"]
             aligned = _align(S, lr_t / lr_s * steps_t / torch.tensor(src_steps, dtype=S.dtype, device=device))
             if is_auto and rule not in ("fedda_auto", "fedgp_auto"):  # a user-registered rule on target parts
-                res = aggregation.get_rule(rule).apply(aligned, target_part_grads=parts * steps_t, weights=weights)
-                agg.copy_(res)
-                theta.add_(agg)
-                gbuf = tbuf
-                evaluate(r, "warmup" if warm else "fda", None, lr_s, lr_t)
-                continue
-            if is_auto:
-                # auto-weighted paper App. C.3: parts = target per-batch updates; sources = average per-batch
-                # update g_i / steps_i aligned by lr_T / lr_S (= aligned / steps_T)
-                beta_t = auto_beta(parts, aligned / steps_t, rule="fedda" if rule == "fedda_auto" else "fedgp")
-                base = "fedda" if rule == "fedda_auto" else "fedgp"
+                agg.copy_(aggregation.get_rule(rule).apply(aligned, target_part_grads=parts * steps_t, weights=weights))
             else:
-                beta_t = torch.full((n_src,), float(c["beta"]), dtype=S.dtype, device=device)
-                base = rule
-                if rule == "fedgp_cosine":
-                    base, projection = "fedgp", "cosine"
-            beta_used = [float(b) for b in beta_t]
-            _aggregate(base, projection, aligned, gT, beta_t, weights, agg, fm)
+                if is_auto:
+                    # auto-weighted paper App. C.3: parts = target per-batch updates; sources = average per-batch
+                    # update g_i / steps_i aligned by lr_T / lr_S (= aligned / steps_T)
+                    base = "fedda" if rule == "fedda_auto" else "fedgp"
+                    beta_t = auto_beta(parts, aligned / steps_t, rule=base)
+                else:
+                    beta_t = torch.full((n_src,), float(c["beta"]), dtype=S.dtype, device=device)
+                    base = rule
+                    if rule == "fedgp_cosine":
+                        base, projection = "fedgp", "cosine"
+                beta_used = [float(b) for b in beta_t]
+                _aggregate(base, projection, aligned, gT, beta_t, weights, agg, fm)
         theta.add_(agg)
         gbuf = tbuf  # the global model takes the target client's BatchNorm statistics
         evaluate(r, "warmup" if warm else "fda", beta_used, lr_s, lr_t)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-__all__ = ["PAPER", "paper_table"]
+__all__ = ["PAPER", "paper_table", "beside_paper"]
 
 _CMNIST_COLS = ["+90%", "+80%", "-90%", "Avg"]
 _VLCS_COLS = ["C", "L", "V", "S", "Avg"]
@@ -80,3 +80,11 @@ def paper_table(name: str) -> pd.DataFrame:
     df = pd.DataFrame.from_dict(entry["rows"], orient="index", columns=entry["columns"])
     df.attrs["source"] = entry["source"]
     return df
+
+
+def beside_paper(ours: pd.DataFrame, name: str) -> pd.DataFrame:
+    """``ours`` (index = method or setting, numeric columns) rounded to 2 decimals, with the paper's columns
+    that ``ours`` also has appended as ``paper <column>`` (rows the paper lacks get NaN)."""
+    paper = paper_table(name)
+    shared = [c for c in paper.columns if c in set(ours.columns)]
+    return ours.round(2).join(paper[shared].add_prefix("paper "), how="left")
