@@ -68,8 +68,8 @@ _ROOT = Path(__file__).resolve().parents[1]
 if str(_ROOT) not in sys.path:  # run from a checkout without installing the package
     sys.path.insert(0, str(_ROOT))
 
-from fda_core.aggregation import fedgp  # noqa: E402
-from fda_core.results import atomic_write_json  # noqa: E402
+from fda_core.core.aggregation import fedgp  # noqa: E402
+from fda_core.common.files import atomic_write_json  # noqa: E402
 
 BETA = 0.5
 TARGET_CPU = 3.0  # library within 3x of the copy floor on CPU (project brief)

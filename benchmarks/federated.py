@@ -7,7 +7,7 @@ and 1 target client (500 images each), the 2-conv + 3-FC CNN (``small_cnn``), Ad
 target batch 16, 100 labelled target images, one local epoch, FedGP (β = 0.5, layer-wise exact
 projection), no warm-up (every timed round is an FDA round), no evaluation inside the timed rounds.
 
-(a) ``library``: :func:`fda_core.federated.run_experiment` — one module whose parameters are views into
+(a) ``library``: :func:`fda_core.experiments.federated.run_experiment` — one module whose parameters are views into
     a flat vector, Adam as fused vector operations, updates written into a preallocated (N, m) buffer,
     no model copies.
 (b) ``plain loop``: the straightforward way to write Algorithm 1: ``copy.deepcopy`` of the global model
@@ -38,10 +38,10 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fda_core import aggregation  # noqa: E402
-from fda_core.datasets import get_dataset, labeled_split  # noqa: E402
-from fda_core.federated import resolve_device, run_experiment  # noqa: E402
-from fda_core.models import get_model  # noqa: E402
+from fda_core.core import aggregation  # noqa: E402
+from fda_core.data.datasets import get_dataset, labeled_split  # noqa: E402
+from fda_core.experiments.federated import resolve_device, run_experiment  # noqa: E402
+from fda_core.data.models import get_model  # noqa: E402
 
 SETTING = dict(dataset="NoisyFeatures", dataset_options={"noise_std": 0.4}, rule="fedgp", beta=0.5,
                projection="exact_layerwise", warmup_rounds=0, source_lr=0.01, target_lr=0.05, source_batch_size=64,
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> dict:
         if not math.isfinite(r["ratio_plain_over_library"]):
             print("  (timing swamped by set-up noise: raise --extra or run on an idle machine)")
     if args.json:
-        from fda_core.results import atomic_write_json
+        from fda_core.common.files import atomic_write_json
 
         atomic_write_json(args.json, results)
     return {"results": results}

@@ -7,7 +7,7 @@ training digits per class and client, 400 by default, the paper has 1,000), enco
 autoencoder per client (trained first, timed separately and not part of the fit). Then, in the same
 process, on the same latents and the same Haar draws:
 
-(a) ``fast``: :class:`fda_core.translation.FedINB` — the 10 per-class problems batched into one
+(a) ``fast``: :class:`fda_core.experiments.translation.FedINB` — the 10 per-class problems batched into one
     computation, projections and gradients in float32 (Θ and the Stiefel step in float64), trial
     projections rebuilt from X·G (one pass over the data per iteration instead of one per Armijo trial),
     sorting through numpy on the CPU, the communication log on;
@@ -46,13 +46,14 @@ _ROOT = Path(__file__).resolve().parents[1]
 if str(_ROOT) not in sys.path:  # run from a checkout without installing the package
     sys.path.insert(0, str(_ROOT))
 
-from fda_core.results import atomic_write_json  # noqa: E402
-from fda_core.translation.autoencoder import train_autoencoder  # noqa: E402
-from fda_core.translation.barycenter import (ClientCDF, barycenter_grid, barycenter_quantile,  # noqa: E402
+from fda_core.common.files import atomic_write_json  # noqa: E402
+from fda_core.data.autoencoder import train_autoencoder  # noqa: E402
+from fda_core.core.barycenter import (ClientCDF, barycenter_grid, barycenter_quantile,  # noqa: E402
                                              fit_client_cdf, vw_edges, vw_pseudo_samples)
-from fda_core.translation.data import rotated_mnist  # noqa: E402
-from fda_core.translation.inb import FedINB, resolve_device  # noqa: E402
-from fda_core.translation.stiefel import descent_slope, haar_stiefel  # noqa: E402
+from fda_core.data.rotated_domains import rotated_mnist  # noqa: E402
+from fda_core.common.devices import resolve_device
+from fda_core.experiments.translation.inb import FedINB  # noqa: E402
+from fda_core.core.stiefel import descent_slope, haar_stiefel  # noqa: E402
 
 PAPER_SECONDS_A5000 = 300.0
 TARGET_H100_SECONDS = 60.0

@@ -3,15 +3,15 @@
 What is measured (same data, same settings, same process, per device)
 ---------------------------------------------------------------------
 (a) ``gradient kernel``: the gradient of the MSE of C stacked 50–100–10 networks on the full set of
-    n points, three ways: the hand-written batched forward/backward of ``fda_core.synthetic`` (what the
+    n points, three ways: the hand-written batched forward/backward of ``fda_core.experiments.synthetic`` (what the
     trainer uses), ``torch.func.vmap(torch.func.grad(...))`` over the same C networks, and a Python
     loop of C ``nn.Module`` autograd backward passes. Time per network-gradient; this is the choice the
     trainer's design rests on.
-(b) ``batched``: :func:`fda_core.synthetic.train_grid` on a representative sub-grid (default shift
+(b) ``batched``: :func:`fda_core.experiments.synthetic.train_grid` on a representative sub-grid (default shift
     levels 0, 4, 8 × subset sizes 0, 4, 8 × all six rules = 54 trainings), with its default chunking
     and deduplication (target only / source only trainings that provably coincide run once), and
     ``batched, no dedupe`` (every training run, like the loop).
-(c) ``loop``: the same 54 trainings one after the other with :func:`fda_core.synthetic.train_single`
+(c) ``loop``: the same 54 trainings one after the other with :func:`fda_core.experiments.synthetic.train_single`
     (``nn.Sequential`` + autograd + ``torch.optim.SGD`` + the library rule per step) — the
     straightforward way to write the experiment.
 (d) ``chunk scan``: ``train_grid`` (no dedupe) with several chunk sizes: where the memory-bound
@@ -53,8 +53,8 @@ _ROOT = Path(__file__).resolve().parents[1]
 if str(_ROOT) not in sys.path:  # run from a checkout without installing the package
     sys.path.insert(0, str(_ROOT))
 
-from fda_core import synthetic as S  # noqa: E402
-from fda_core.results import atomic_write_json  # noqa: E402
+from fda_core.experiments import synthetic as S  # noqa: E402
+from fda_core.common.files import atomic_write_json  # noqa: E402
 
 PAPER_TRIALS, PAPER_STEPS = 3, 300
 

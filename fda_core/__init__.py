@@ -1,38 +1,42 @@
 """fda_core — the library behind the FDA workbook.
 
-Modules (one idea each): ``aggregation`` (rules and registry), ``theory`` (closed-form Delta errors,
-phase diagram, Monte-Carlo checks), ``estimators`` (unbiased σ², d², τ²d², auto-β, part gradients),
-``results`` (atomic writes, metadata), ``plotting`` (one style, PNG+PDF+CSV), ``cli`` (``fda`` command).
-β weights the SOURCE part throughout.
+Layers (imports point downward only; ``tests/test_layers.py`` checks it):
+
+``common``       atomic files, the result store, seeds, devices, argument checks
+``core``         maths on tensors: aggregation rules, estimators, Delta-error theory, symbolic derivations,
+                 Stiefel/barycenter/Wasserstein maths of the translators
+``data``         datasets (registry) and models (registry)
+``experiments``  federated methods (registry) and the engines that run them; the synthetic phase diagram,
+                 estimator and Delta-error checks, Fed INB translation; the papers' published numbers
+``viz``          figures and slider widgets
+``workbook``     the papermill runner, notebook parameters, sweeps, reports and the ``fda`` command
+
+β weights the SOURCE part throughout (``docs/theory.md`` § Conventions).
 """
 
-__version__ = "0.1.0"
+from importlib import import_module as _import_module
+from typing import Any as _Any
 
-from .aggregation import (  # noqa: E402
-    fedda,
-    fedda_auto,
-    fedgp,
-    fedgp_auto,
-    fedgp_cosine,
-    get_rule,
-    list_rules,
-    source_only,
-    target_only,
-)
-from .estimators import auto_beta, estimate_deltas, part_gradients  # noqa: E402
+from .common import VERSION as __version__
 
-__all__ = [
-    "__version__",
-    "source_only",
-    "target_only",
-    "fedda",
-    "fedgp",
-    "fedgp_cosine",
-    "fedda_auto",
-    "fedgp_auto",
-    "get_rule",
-    "list_rules",
-    "estimate_deltas",
-    "auto_beta",
-    "part_gradients",
-]
+#: public name -> module that defines it (imported on first use, so ``import fda_core.common`` stays light)
+_PUBLIC = {
+    **{name: "fda_core.core.aggregation" for name in (
+        "source_only", "target_only", "fedda", "fedgp", "fedgp_cosine", "fedda_auto", "fedgp_auto", "get_rule",
+        "list_rules")},
+    **{name: "fda_core.core.estimators" for name in ("estimate_deltas", "auto_beta", "part_gradients")},
+}
+
+__all__ = ["__version__", *_PUBLIC]
+
+
+def __getattr__(name: str) -> _Any:
+    if name in _PUBLIC:
+        value = getattr(_import_module(_PUBLIC[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'fda_core' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_PUBLIC))

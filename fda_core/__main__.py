@@ -1,8 +1,8 @@
-"""``python -m fda_core`` — same as the ``fda`` command (see :mod:`fda_core.cli`)."""
+"""``python -m fda_core`` — same as the ``fda`` command (see :mod:`fda_core.workbook.cli`)."""
 
 import sys
 
-from .cli import main
+from .workbook.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 import numpy as np
 
-from fda_core.aggregation import (
+from fda_core.core.aggregation import (
     fedda,
     fedda_auto,
     fedgp,
@@ -223,7 +223,7 @@ def test_result_does_not_alias_or_modify_inputs():
 
 # ------------------------------------------------------------------ auto rules
 def test_auto_rules_use_estimated_beta():
-    from fda_core.estimators import auto_beta
+    from fda_core.core.estimators import auto_beta
 
     g = torch.Generator().manual_seed(3)
     s = torch.randn(2, 6, generator=g, dtype=torch.float64)
@@ -433,7 +433,7 @@ def test_out_bad():
 def test_fedgp_nofilter_keeps_negative_projections():
     """FedGP paper Table 4 ablation: without the filter a source opposed to the target contributes its
     signed projection ⟨g_T, g_i⟩ g_i / ‖g_i‖²; when every projection is positive it equals FedGP."""
-    from fda_core.aggregation import fedgp, fedgp_nofilter
+    from fda_core.core.aggregation import fedgp, fedgp_nofilter
 
     gt = torch.tensor([1.0, 2.0])
     src = torch.tensor([[-1.0, 0.0], [0.0, 3.0]])

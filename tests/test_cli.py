@@ -1,4 +1,4 @@
-"""Tests of the ``fda`` command (fda_core.cli) and its helpers (fda_core.notebooks).
+"""Tests of the ``fda`` command (fda_core.workbook.cli) and its helpers (fda_core.workbook).
 
 Tiny notebooks are built in tmp_path and FDA_NOTEBOOKS points there. Kernel starts cost ~2 s each,
 so only a dozen executions happen here; everything else uses --dry-run or the helpers directly.
@@ -16,8 +16,8 @@ import nbformat
 import pytest
 import yaml
 
-from fda_core import notebooks as nbk
-from fda_core.cli import main
+from fda_core.workbook import discovery, parameters, sweeps
+from fda_core.workbook.cli import main
 
 KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
 
@@ -84,27 +84,27 @@ def _executed_params(path: Path) -> dict:
 
 
 def test_find_and_resolve(nbdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert [p.name for p in nbk.find_notebooks()] == ["01_params.ipynb", "02_fail.ipynb", "10_tenth.ipynb"]
+    assert [p.name for p in discovery.find_notebooks()] == ["01_params.ipynb", "02_fail.ipynb", "10_tenth.ipynb"]
     p01 = nbdir / "01_params.ipynb"
     for spec in ["1", "01", "001", "01_params", "01_params.ipynb", "params", str(p01)]:
-        assert nbk.resolve_notebook(spec) == p01, spec
-    assert nbk.resolve_notebook("10") == nbdir / "10_tenth.ipynb"
-    assert nbk.resolve_notebook("scratch") == nbdir / "scratch.ipynb"
+        assert discovery.resolve_notebook(spec) == p01, spec
+    assert discovery.resolve_notebook("10") == nbdir / "10_tenth.ipynb"
+    assert discovery.resolve_notebook("scratch") == nbdir / "scratch.ipynb"
     monkeypatch.chdir(tmp_path)
-    assert nbk.resolve_notebook("notebooks/02_fail.ipynb") == nbdir / "02_fail.ipynb"
-    assert nbk.resolve_notebooks(["all"]) == nbk.find_notebooks()
-    assert nbk.resolve_notebooks(["2", "all"])[0] == nbdir / "02_fail.ipynb"
-    assert len(nbk.resolve_notebooks(["2", "all"])) == 3
-    with pytest.raises(nbk.NotebookNotFoundError, match="01_params, 02_fail, 10_tenth"):
-        nbk.resolve_notebook("7")
-    with pytest.raises(nbk.NotebookNotFoundError, match="unknown notebook 'nope'"):
-        nbk.resolve_notebook("nope")
+    assert discovery.resolve_notebook("notebooks/02_fail.ipynb") == nbdir / "02_fail.ipynb"
+    assert discovery.resolve_notebooks(["all"]) == discovery.find_notebooks()
+    assert discovery.resolve_notebooks(["2", "all"])[0] == nbdir / "02_fail.ipynb"
+    assert len(discovery.resolve_notebooks(["2", "all"])) == 3
+    with pytest.raises(discovery.NotebookNotFoundError, match="01_params, 02_fail, 10_tenth"):
+        discovery.resolve_notebook("7")
+    with pytest.raises(discovery.NotebookNotFoundError, match="unknown notebook 'nope'"):
+        discovery.resolve_notebook("nope")
 
 
 def test_notebooks_dir_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("FDA_NOTEBOOKS", raising=False)
-    assert nbk.notebooks_dir() == Path(nbk.__file__).resolve().parent.parent / "notebooks"
-    assert nbk.repo_root() == Path(nbk.__file__).resolve().parent.parent
+    assert discovery.notebooks_dir() == Path(discovery.__file__).resolve().parents[2] / "notebooks"
+    assert discovery.repo_root() == Path(discovery.__file__).resolve().parents[2]
 
 
 def test_unknown_notebook_exits_2(nbdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -150,7 +150,7 @@ def test_notebook_parameters_matches_papermill(nbdir: Path) -> None:
     import papermill
 
     path = nbdir / "01_params.ipynb"
-    ours = nbk.notebook_parameters(path)
+    ours = parameters.notebook_parameters(path)
     theirs = papermill.inspect_notebook(str(path))
     assert list(ours) == ["n", "name", "xs", "flag", "ratio", "opt", "maybe", "pairs", "anything", "out_file"]
     for name, info in theirs.items():
@@ -192,7 +192,7 @@ def test_notebook_parameters_matches_papermill(nbdir: Path) -> None:
     ],
 )
 def test_coerce_raw(annotation: str, raw: str, expected: object) -> None:
-    value = nbk.coerce_raw(nbk.parse_type(annotation), raw)
+    value = parameters.coerce_raw(parameters.parse_type(annotation), raw)
     assert value == expected and type(value) is type(expected)
 
 
@@ -203,7 +203,7 @@ def test_coerce_raw(annotation: str, raw: str, expected: object) -> None:
 )
 def test_coerce_raw_rejects(annotation: str, raw: str) -> None:
     with pytest.raises(ValueError):
-        nbk.coerce_raw(nbk.parse_type(annotation), raw)
+        parameters.coerce_raw(parameters.parse_type(annotation), raw)
 
 
 @pytest.mark.parametrize(
@@ -214,22 +214,22 @@ def test_coerce_raw_rejects(annotation: str, raw: str) -> None:
      ("int", None, False), ("int | None", None, True), ("None", object, True)],
 )
 def test_conform_value(annotation: str, value: object, ok: bool) -> None:
-    spec = nbk.parse_type(annotation)
+    spec = parameters.parse_type(annotation)
     if ok:
-        nbk.conform_value(spec, value)
+        parameters.conform_value(spec, value)
     else:
         with pytest.raises(ValueError):
-            nbk.conform_value(spec, value)
+            parameters.conform_value(spec, value)
 
 
 def test_validate_parameters_messages(nbdir: Path) -> None:
     path = nbdir / "01_params.ipynb"
-    assert nbk.validate_parameters(path, {"n": "007", "name": "007", "xs": "[3]", "flag": "yes", "opt": "null"}, raw=True) == {
+    assert parameters.validate_parameters(path, {"n": "007", "name": "007", "xs": "[3]", "flag": "yes", "opt": "null"}, raw=True) == {
         "n": 7, "name": "007", "xs": [3], "flag": True, "opt": None,
     }
-    assert nbk.validate_parameters(path, {"ratio": 1, "n": 2}, raw=False) == {"ratio": 1.0, "n": 2}
-    with pytest.raises(nbk.ParameterError) as info:
-        nbk.validate_parameters(path, {"n": "12x", "name": 7, "bogus": 1, "flag": 1}, raw=False)
+    assert parameters.validate_parameters(path, {"ratio": 1, "n": 2}, raw=False) == {"ratio": 1.0, "n": 2}
+    with pytest.raises(discovery.ParameterError) as info:
+        parameters.validate_parameters(path, {"n": "12x", "name": 7, "bogus": 1, "flag": 1}, raw=False)
     errors = info.value.errors
     assert "parameter 'n' of 01_params expects int, got str '12x'" in errors
     assert any(e.startswith("parameter 'name' of 01_params expects str, got int 7") and "quote" in e for e in errors)
@@ -294,7 +294,7 @@ def test_run_injects_typed_values(nbdir: Path, tmp_path: Path, capsys: pytest.Ca
     assert values["n"] == 7 and values["name"] == "007" and values["xs"] == [3, 4]
     assert values["flag"] is True and values["ratio"] == 2.0
     assert values["types"] == {"n": "int", "name": "str", "xs": "list", "flag": "bool", "ratio": "float"}
-    assert Path(values["cwd"]) == nbk.repo_root()  # default working directory: the repository root
+    assert Path(values["cwd"]) == discovery.repo_root()  # default working directory: the repository root
     executed = out_dir / "01_params.ipynb"
     assert executed.exists()
     assert _executed_params(executed)["name"] == "007"
@@ -335,32 +335,32 @@ def test_run_failure_reports_cell_and_stops(nbdir: Path, tmp_path: Path, capsys:
 
 def test_load_parameter_sets_shapes(tmp_path: Path) -> None:
     grid = {"n": [1, 2], "name": ["a", "b"], "flag": True}
-    sets = nbk.load_parameter_sets(grid)
+    sets = sweeps.load_parameter_sets(grid)
     assert sets == [
         {"n": 1, "name": "a", "flag": True}, {"n": 1, "name": "b", "flag": True},
         {"n": 2, "name": "a", "flag": True}, {"n": 2, "name": "b", "flag": True},
     ]
-    assert nbk.load_parameter_sets({"grid": grid}) == sets
-    assert nbk.load_parameter_sets([{"n": 1}, {"n": 2, "xs": [1]}]) == [{"n": 1}, {"n": 2, "xs": [1]}]
-    assert nbk.load_parameter_sets({"sets": [{"n": 1}]}) == [{"n": 1}]
-    assert nbk.load_parameter_sets({"xs": [[1, 2]]}) == [{"xs": [1, 2]}]
+    assert sweeps.load_parameter_sets({"grid": grid}) == sets
+    assert sweeps.load_parameter_sets([{"n": 1}, {"n": 2, "xs": [1]}]) == [{"n": 1}, {"n": 2, "xs": [1]}]
+    assert sweeps.load_parameter_sets({"sets": [{"n": 1}]}) == [{"n": 1}]
+    assert sweeps.load_parameter_sets({"xs": [[1, 2]]}) == [{"xs": [1, 2]}]
     f = tmp_path / "g.yaml"
     f.write_text(yaml.safe_dump(grid))
-    assert nbk.load_parameter_sets(f) == sets
+    assert sweeps.load_parameter_sets(f) == sets
     for bad in (3, [1, 2], {"n": []}, []):
-        with pytest.raises(nbk.NotebookError):
-            nbk.load_parameter_sets(bad)
+        with pytest.raises(discovery.NotebookError):
+            sweeps.load_parameter_sets(bad)
 
 
 def test_sweep_output_name() -> None:
     order = ["n", "name", "xs"]
-    assert nbk.sweep_output_name("01_p", {"name": "a b/c", "n": 3}, order) == "01_p__n=3__name=a_b_c.ipynb"
-    assert nbk.sweep_output_name("01_p", {"xs": [1, 2.5], "n": -1}, order) == "01_p__n=-1__xs=1,2.5.ipynb"
-    assert nbk.sweep_output_name("01_p", {}, order) == "01_p__defaults.ipynb"
-    long1 = nbk.sweep_output_name("01_p", {"name": "x" * 300}, order)
-    long2 = nbk.sweep_output_name("01_p", {"name": "x" * 299 + "y"}, order)
+    assert sweeps.sweep_output_name("01_p", {"name": "a b/c", "n": 3}, order) == "01_p__n=3__name=a_b_c.ipynb"
+    assert sweeps.sweep_output_name("01_p", {"xs": [1, 2.5], "n": -1}, order) == "01_p__n=-1__xs=1,2.5.ipynb"
+    assert sweeps.sweep_output_name("01_p", {}, order) == "01_p__defaults.ipynb"
+    long1 = sweeps.sweep_output_name("01_p", {"name": "x" * 300}, order)
+    long2 = sweeps.sweep_output_name("01_p", {"name": "x" * 299 + "y"}, order)
     assert len(long1) <= 150 and long1.endswith(".ipynb") and long1 != long2
-    assert long1 == nbk.sweep_output_name("01_p", {"name": "x" * 300}, order)  # deterministic
+    assert long1 == sweeps.sweep_output_name("01_p", {"name": "x" * 300}, order)  # deterministic
 
 
 def test_sweep_validation_exits_2(nbdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fda_core import datasets as D
+from fda_core.data import datasets as D
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""fda_core.estimator_checks: shapes and columns, argument errors, determinism, coverage of the truth in
+"""fda_core.experiments.estimator_checks: shapes and columns, argument errors, determinism, coverage of the truth in
 Gaussian models, exact spreads (notebook 03's saved numbers are checked in tests/test_notebooks.py)."""
 
 import math
@@ -9,9 +9,11 @@ import pandas as pd
 import pytest
 import torch
 
-from fda_core import estimator_checks as ec
-from fda_core.widgets import estimator_explorer
-from fda_core.theory import GaussianGradientModel, PooledGradientModel, optimal_beta_fedda, optimal_beta_fedgp
+from fda_core.experiments import estimator_checks as ec
+from fda_core.viz import estimator_plots as ep
+from fda_core.viz.widgets import estimator_explorer
+from fda_core.core.known_gradients import GaussianGradientModel, PooledGradientModel
+from fda_core.core.theory import optimal_beta_fedda, optimal_beta_fedgp
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -234,15 +236,15 @@ def test_estimator_draws_and_figures(gauss):
     d = ec.estimator_draws(gauss, 2, 8, n_draws=30, seed=0)
     assert len(d) == 30 * 5 and (d.clamped >= d.estimate).all() and (d.clamped >= 0).all()
     t = ec.estimator_check(gauss, [2, 4], [8, 16], n_draws=30, seed=0)
-    for fig in (ec.plot_relative_means(t), ec.plot_spread(t), ec.plot_clamping(t)):
+    for fig in (ep.plot_relative_means(t), ep.plot_spread(t), ep.plot_clamping(t)):
         assert len(fig.axes) >= 5
         plt.close(fig)
-    fig, draws = ec.plot_estimator_spread(gauss, 2, 8, n_draws=30)
+    fig, draws = ep.plot_estimator_spread(gauss, 2, 8, n_draws=30)
     assert len(draws) == 150
     plt.close(fig)
-    ax = ec.plot_z_scores(t.assign(model="g"))
+    ax = ep.plot_z_scores(t.assign(model="g"))
     plt.close(ax.figure)
-    ax = ec.plot_auto_beta(ec.auto_beta_check(gauss, [2, 4], 16, 30, rule=["fedda", "fedgp"]))
+    ax = ep.plot_auto_beta(ec.auto_beta_check(gauss, [2, 4], 16, 30, rule=["fedda", "fedgp"]))
     plt.close(ax.figure)
 
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from fda_core.estimators import auto_beta, estimate_deltas, part_gradients, split_parts
-from fda_core.theory import GaussianGradientModel
+from fda_core.core.estimators import auto_beta, estimate_deltas, part_gradients, split_parts
+from fda_core.core.known_gradients import GaussianGradientModel
 
 
 def test_hand_computed():

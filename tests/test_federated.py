@@ -1,4 +1,4 @@
-"""The federated loop (fda_core.federated): every rule inside the loop, the flat-parameter machinery
+"""The federated loop (fda_core.experiments.federated): every rule inside the loop, the flat-parameter machinery
 against torch's own optimiser, equivalences between rules, BatchNorm handling, determinism, bad
 configs, and resuming a sweep from the result store."""
 
@@ -8,9 +8,10 @@ import pytest
 import torch
 from torch import nn
 
-from fda_core import aggregation, federated
-from fda_core.federated import METHODS, FlatAdam, FlatModel, make_config, run_experiment, run_many
-from fda_core.results import ResultStore
+from fda_core.core import aggregation
+from fda_core.experiments import federated
+from fda_core.experiments.federated import METHODS, FlatAdam, FlatModel, make_config, run_experiment, run_many
+from fda_core.common.store import ResultStore
 
 
 class Blobs:
@@ -196,7 +197,7 @@ def test_user_registered_rule_on_target_parts():
 
 
 def test_batchnorm_buffers_follow_the_target(monkeypatch):
-    import fda_core.models as models
+    import fda_core.data.models as models
 
     def bn_net(name, input_shape, num_classes, seed=None, **kw):
         torch.manual_seed(seed or 0)

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from fda_core import models as M
+from fda_core.data import models as M
 
 SHAPES = {
     "mlp": [(1, 28, 28), (2, 14, 14), (3, 32, 32), (50,)],

@@ -85,7 +85,7 @@ def test_01_numbers(out_root):
 
 
 def test_03_numbers(out_root):
-    from fda_core import estimator_checks as ec
+    from fda_core.experiments import estimator_checks as ec
 
     figures = executed("03_unbiased_estimators", out_root)
     for name in ("gaussian_unbiasedness", "gaussian_spread", "clamping", "real_unbiasedness", "real_spread",

@@ -57,7 +57,7 @@ def test_notebooks_have_parameters_and_no_outputs():
 
 
 def test_result_store_roundtrip_and_hash(tmp_path):
-    from fda_core.results import ResultStore, config_hash
+    from fda_core.common.store import ResultStore, config_hash
 
     assert config_hash({"a": 1, "b": [1, 2]}) == config_hash({"b": [1, 2], "a": 1})
     assert config_hash({"a": 1}) != config_hash({"a": 2})

@@ -7,7 +7,7 @@ import sympy as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fda_core import symbolic, theory
+from fda_core.core import symbolic, theory
 
 
 def test_paper_boundaries_exact():
@@ -45,7 +45,7 @@ def test_theory_explorer_builds_and_draws_once():
     import matplotlib
 
     matplotlib.use("Agg")
-    from fda_core.widgets import theory_explorer
+    from fda_core.viz.widgets import theory_explorer
 
     panel = theory_explorer(beta=0.3, m=20)
     names = {getattr(c, "description", "") for c in panel.children}
@@ -54,7 +54,7 @@ def test_theory_explorer_builds_and_draws_once():
 
 
 def test_theory_panels_tables():
-    from fda_core.plotting import theory_panels
+    from fda_core.viz.plotting import theory_panels
 
     fig, tables = theory_panels(grid_points=21, include_auto=True)
     assert set(tables) == {"phase_diagram_theory", "delta_vs_beta"}

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from fda_core import synthetic as S
+from fda_core.experiments import synthetic as S
 
 ROOT = Path(__file__).resolve().parent.parent
 F64 = torch.float64
@@ -213,7 +213,7 @@ def test_benchmark_smoke(tmp_path):
 
 
 def test_run_phase_diagram_store_reuses_and_resumes(tmp_path, monkeypatch):
-    from fda_core.results import ResultStore
+    from fda_core.common.store import ResultStore
 
     data = S.make_phase_diagram_data(n_points=200, shift_levels=[0.0, 0.3], subset_sizes=[8, 40], n_trials=2, seed=1)
     kw = dict(steps=5, n_subsets=10, progress=False, device="cpu")

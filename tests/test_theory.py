@@ -6,15 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from fda_core.theory import (
-    GaussianGradientModel,
+from fda_core.core.known_gradients import GaussianGradientModel, fedgp_theorem_terms, monte_carlo_delta
+from fda_core.core.theory import (
     delta_errors_theory,
     delta_fedda,
     delta_fedgp,
     delta_source_only,
     delta_target_only,
-    fedgp_theorem_terms,
-    monte_carlo_delta,
     optimal_beta_fedda,
     optimal_beta_fedgp,
     phase_diagram_theory,
@@ -137,7 +135,7 @@ def test_fedgp_mean_field_is_loose_when_filter_drops():
     v_hat = model.draw_parts(20000, 1, gen)[:, 0]
     g_s = model.source_grads[0]
     terms = fedgp_theorem_terms(v_hat, model.target_grad, g_s, 0.5)
-    from fda_core.aggregation import fedgp
+    from fda_core.core.aggregation import fedgp
 
     direct = (fedgp(g_s.expand(20000, 1, 5), v_hat, 0.5) - model.target_grad).square().sum(-1)
     se = float(direct.std()) / math.sqrt(20000)

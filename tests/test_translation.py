@@ -1,4 +1,4 @@
-"""Fed INB (fda_core.translation): Remark 1, the Stiefel step, invertibility, VW histograms with V = n,
+"""Fed INB (fda_core.experiments.translation): Remark 1, the Stiefel step, invertibility, VW histograms with V = n,
 monotone Armijo objective, held-out WD after translation, communication counts, bad input, and a smoke
 run of benchmarks/inb.py."""
 
@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from fda_core.translation import (CommunicationLog, FedINB, expected_parameters, federated_gradient,
+from fda_core.experiments.translation import (CommunicationLog, FedINB, expected_parameters, federated_gradient,
                                   max_k_sw_objective, wasserstein_distance, wasserstein_distances)
-from fda_core.translation.autoencoder import LATENT_DIM, ConvAutoencoder, train_autoencoder
-from fda_core.translation.barycenter import (barycenter_grid, barycenter_quantile, fit_client_cdf, vw_edges,
+from fda_core.data.autoencoder import LATENT_DIM, ConvAutoencoder, train_autoencoder
+from fda_core.core.barycenter import (barycenter_grid, barycenter_quantile, fit_client_cdf, vw_edges,
                                              vw_pseudo_samples)
-from fda_core.translation.stiefel import cayley_step, descent_slope, haar_stiefel
+from fda_core.core.stiefel import cayley_step, descent_slope, haar_stiefel
 
 ROOT = Path(__file__).resolve().parent.parent
 F64 = torch.float64
@@ -169,8 +169,8 @@ def test_same_seed_same_numbers():
 
 # ------------------------------------------------------------------------ held-out WD, real digits
 def test_translation_lowers_heldout_wd_on_rotated_mnist():
-    from fda_core.datasets import downsample
-    from fda_core.translation.data import rotated_mnist
+    from fda_core.data.datasets import downsample
+    from fda_core.data.rotated_domains import rotated_mnist
 
     d = rotated_mnist((0, 45, 90), n_train_per_class=150, n_test_per_class=50, seed=0)
     keep = lambda x, y: (downsample(x[y < 3].reshape(-1, 1, 28, 28), 14).reshape(-1, 196), y[y < 3])  # noqa: E731
@@ -240,7 +240,7 @@ def test_autoencoder_shapes_and_training_runs():
 
 
 def test_aeinb_variants_translate_images():
-    from fda_core.translation.data import rotated_mnist
+    from fda_core.data.rotated_domains import rotated_mnist
 
     d = rotated_mnist((0, 60), n_train_per_class=20, n_test_per_class=5)
     keep = lambda x, y: (x[y < 2], y[y < 2])  # noqa: E731

@@ -654,7 +654,7 @@ def fedda_auto(
 
     ``target_part_grads``: gradients on B ≥ 2 disjoint equal parts of the target data, a (B, m) tensor
     (or B tensors / B dicts matching the sources' form). The target gradient is their mean. The
-    estimates come from :func:`fda_core.estimators.auto_beta` on the flattened gradients (clamped; 0/0
+    estimates come from :func:`fda_core.core.estimators.auto_beta` on the flattened gradients (clamped; 0/0
     gives ``fallback``). With ``return_beta=True`` returns ``(ĝ, beta)`` with beta of shape (N,).
     """
     return _auto("fedda", source_grads, target_part_grads, weights, return_beta, fallback, out)

@@ -9,29 +9,18 @@ training digits come from the training file and the held-out ones from the test 
 
 from __future__ import annotations
 
-import gzip
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch import Tensor
 
-from ..datasets import mnist_5k, rotate_images
+from .datasets import mnist_5k, read_idx, rotate_images
 
 __all__ = ["RotatedDomains", "rotated_mnist", "load_idx_images"]
 
 _IDX = {"train_x": "train-images-idx3-ubyte", "train_y": "train-labels-idx1-ubyte",
         "test_x": "t10k-images-idx3-ubyte", "test_y": "t10k-labels-idx1-ubyte"}
-
-
-def _read_idx(path: Path) -> np.ndarray:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as f:
-        data = f.read()
-    ndim = data[3]
-    shape = tuple(int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
 
 
 def load_idx_images(root: str | Path) -> dict[str, Tensor]:
@@ -45,7 +34,7 @@ def load_idx_images(root: str | Path) -> dict[str, Tensor]:
             raise FileNotFoundError(
                 f"{root / stem}[.gz] not found: data_root must hold the four MNIST/Fashion-MNIST IDX files "
                 f"({', '.join(_IDX.values())}); leave data_root empty to use MNIST-5k (offline)")
-        arr = _read_idx(found[0])
+        arr = read_idx(found[0])
         t = torch.from_numpy(arr.copy())
         out[key] = (t.float().div(255).reshape(-1, 1, 28, 28) if key.endswith("_x") else t.long())
     return out

@@ -4,7 +4,7 @@ One call, :func:`run_translation`, fits one translator configuration on the clie
 a JSON-serialisable record: WD (held-out, per depth) against the parameters transmitted per client, the
 communication per layer and per message type, the max-K-SW objective traces and iteration counts, and
 optionally a grid of translated digits. The notebook caches these records with
-:class:`fda_core.results.ResultStore`, so a re-run only fits what is missing.
+:class:`fda_core.common.store.ResultStore`, so a re-run only fits what is missing.
 """
 
 from __future__ import annotations
@@ -18,11 +18,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..results import atomic_write, config_hash
-from .autoencoder import ConvAutoencoder, train_autoencoder
-from .data import RotatedDomains, rotated_mnist
-from .inb import FedINB, resolve_device
-from .metrics import wasserstein_distances
+from ...common.files import atomic_write
+from ...common.store import config_hash
+from ...data.autoencoder import ConvAutoencoder, train_autoencoder
+from ...data.rotated_domains import RotatedDomains, rotated_mnist
+from ...common.devices import resolve_device
+from .inb import FedINB
+from ...core.wasserstein import wasserstein_distances
 
 __all__ = ["set_threads", "load_domains", "get_autoencoders", "identity_wd", "wd_by_depth", "run_translation",
            "PAPER"]
@@ -57,7 +59,7 @@ def _domains(angles: tuple, n_train: int, n_test: int, data_root: str, seed: int
 
 def load_domains(angles=(0, 15, 30, 45, 60), n_train_per_class: int = 400, n_test_per_class: int = 100,
                  data_root: str = "", seed: int = 0) -> RotatedDomains:
-    """Rotated-MNIST clients (cached in memory), see :func:`fda_core.translation.data.rotated_mnist`."""
+    """Rotated-MNIST clients (cached in memory), see :func:`fda_core.data.rotated_domains.rotated_mnist`."""
     return _domains(tuple(float(a) for a in angles), n_train_per_class, n_test_per_class, data_root, seed)
 
 

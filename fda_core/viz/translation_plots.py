@@ -1,6 +1,6 @@
 """Figures of notebook 06 (paper Fig. 2, Fig. 3a, Fig. 15, Tables 5–6), drawn from
-:func:`fda_core.translation.experiments.run_translation` records. Each function returns the figure (or
-axes) and the table of exactly the numbers plotted, for :func:`fda_core.plotting.save_figure`."""
+:func:`fda_core.experiments.translation.experiments.run_translation` records. Each function returns the figure (or
+axes) and the table of exactly the numbers plotted, for :func:`fda_core.viz.plotting.save_figure`."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 The target domain D_T is a pool of real MNIST digits (MNIST-5k) and a source domain is the same kind
 of digits under a shift (rotation or pixel noise). A small network at a parameter point θ gives the
 per-sample gradient of every pool image; the population gradients are the pool means, and target sets
-D̂_T are n i.i.d. draws from the pool (:class:`fda_core.theory.PooledGradientModel`). This is the
+D̂_T are n i.i.d. draws from the pool (:class:`fda_core.core.known_gradients.PooledGradientModel`). This is the
 "real model" of spec ``theory.md`` § Unbiased estimators (verification) and notebooks 01 and 03.
 """
 
@@ -15,8 +15,8 @@ import torch
 from torch import Tensor, nn
 
 from .datasets import add_gaussian_noise, downsample, mnist_5k, rotate_images
-from .estimators import per_sample_gradients
-from .theory import PooledGradientModel
+from ..core.estimators import per_sample_gradients
+from ..core.known_gradients import PooledGradientModel
 
 __all__ = ["small_mlp", "MnistPools", "mnist_pools", "mnist_gradient_models"]
 

@@ -2,7 +2,7 @@
 
 Spec ``theory.md`` § Delta errors, § Optimal weights, § Phase diagram (FedGP paper § 4, Theorem 4.3 and
 the mean-field approximation). Used by notebook 01 to derive, not just state, the closed forms that
-:mod:`fda_core.theory` evaluates numerically.
+:mod:`fda_core.core.theory` evaluates numerically.
 """
 
 from __future__ import annotations

@@ -26,10 +26,10 @@ Training (:func:`train_grid`, reference :func:`train_single`)
     takes its target gradient g_T on its target subset and its source gradient g_S on the whole source
     set of its shift level, both at its own current parameters, and steps along ĝ of its rule:
     source only ĝ = g_S, target only ĝ = g_T, FedDA ĝ = (1−β)g_T + βg_S and FedGP
-    ĝ = (1−β)g_T + β max(⟨g_T, g_S⟩, 0) g_S/‖g_S‖² (:func:`fda_core.aggregation.fedda` /
-    :func:`~fda_core.aggregation.fedgp`, batched, N = 1), with β weighting the SOURCE part. Auto rules
+    ĝ = (1−β)g_T + β max(⟨g_T, g_S⟩, 0) g_S/‖g_S‖² (:func:`fda_core.core.aggregation.fedda` /
+    :func:`~fda_core.core.aggregation.fedgp`, batched, N = 1), with β weighting the SOURCE part. Auto rules
     estimate β once at θ0 (or every ``reestimate_every`` steps) from B target parts
-    (:func:`fda_core.estimators.auto_beta`). All trainings run together: parameters are stacked
+    (:func:`fda_core.core.estimators.auto_beta`). All trainings run together: parameters are stacked
     (trainings × m) and the forward/backward is written by hand with batched matrix products; the first
     layer of every training is one large product with the shared x. Per network-gradient on the full set
     (n = 2000, 2-core CPU, ``benchmarks/phase_diagram.py``) the hand-written batched pass takes 0.51 ms,
@@ -39,7 +39,7 @@ Metrics at the initialisation (:func:`init_metrics`)
     π = point mass at θ0 of each trial. The target population is the whole target set D_1 (all n
     points, as the reference code does), so σ² = E‖g_{D̂} − g_{D_1}‖² over subsets D̂ of size k drawn
     without replacement includes the finite-population factor (n − k)/(n − 1). Delta errors of every
-    rule by exact Monte Carlo over random subsets and by the closed forms of :mod:`fda_core.theory`.
+    rule by exact Monte Carlo over random subsets and by the closed forms of :mod:`fda_core.core.theory`.
 
 Typical use (the notebook's defaults; ≈ 1 min of training and 10 s of metrics on the 2-core CPU)::
 
@@ -63,8 +63,11 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from .aggregation import fedda, fedgp
-from .estimators import auto_beta, estimate_deltas
+from ..common.checks import check_int as _check_int
+from ..common.devices import resolve_device
+from ..common.seeding import generator as _generator
+from ..core.aggregation import fedda, fedgp
+from ..core.estimators import auto_beta, estimate_deltas
 
 __all__ = [
     "N_INPUTS",
@@ -94,7 +97,6 @@ __all__ = [
     "cell_metrics",
     "method_label",
     "compare_best",
-    "resolve_device",
     "auto_chunk_size",
     "agreement_summary",
     "run_phase_diagram",
@@ -134,27 +136,6 @@ _B2 = slice(_W2.stop, _W2.stop + N_OUTPUTS)
 _TAG_DATA, _TAG_SUBSETS, _TAG_INIT, _TAG_METRICS = 0, 1, 2, 3
 
 
-def _seed(*keys: int) -> int:
-    """A 63-bit seed derived from integer keys (independent streams per purpose, trial, size …)."""
-    state = np.random.SeedSequence([int(k) for k in keys]).generate_state(2, dtype=np.uint32)
-    return int((int(state[0]) << 31) ^ int(state[1]))
-
-
-def _generator(*keys: int) -> torch.Generator:
-    return torch.Generator().manual_seed(_seed(*keys))
-
-
-def resolve_device(device: str | torch.device = "auto") -> torch.device:
-    """``"auto"`` → CUDA when available, else CPU; anything else is passed to :class:`torch.device`."""
-    if isinstance(device, str) and device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or a torch.device, got {device!r}: {exc}") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device 'cuda' was asked for but CUDA is not available; use device='auto' or 'cpu'")
-    return dev
 
 
 # =============================================================================================
@@ -295,10 +276,6 @@ class SyntheticData:
         )
 
 
-def _check_int(value: Any, name: str, lo: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
-        raise ValueError(f"{name} must be an integer >= {lo}, got {value!r}")
-    return int(value)
 
 
 def _rbf_labels(x: Tensor, mu: Tensor, width: Tensor, A: Tensor, b: Tensor) -> Tensor:
@@ -891,10 +868,10 @@ def train_grid(
     """Train every (trial, shift level, subset size, rule, β) of the grid, many trainings at once.
 
     Each training: θ ← θ0 of its trial; every step g_T on its target subset, g_S on the whole source set
-    of its shift level (both at its own θ), ĝ by its rule (``fda_core.aggregation.fedda``/``fedgp``,
+    of its shift level (both at its own θ), ĝ by its rule (``fda_core.core.aggregation.fedda``/``fedgp``,
     batched with N = 1; source only g_S; target only g_T), then SGD with momentum (``torch.optim.SGD``
     semantics: buf ← momentum·buf + ĝ, θ ← θ − lr·buf). Auto rules take β from
-    :func:`fda_core.estimators.auto_beta` on the gradients of ``n_parts`` disjoint equal parts of the
+    :func:`fda_core.core.estimators.auto_beta` on the gradients of ``n_parts`` disjoint equal parts of the
     subset (consecutive blocks of its random order; k mod B points left out of the parts, not of g_T)
     at θ0, and again every ``reestimate_every`` steps when given. The target test MSE (the target
     points outside the subset) is recorded every ``eval_every`` steps and after the last one.
@@ -1079,7 +1056,7 @@ def train_single(
     The reference :func:`train_grid` is tested against (same data, θ0, subsets, parts and schedule).
     Returns ``{"eval_steps", "test_loss" (E,), "beta_init", "beta_used", "theta" (final flat θ)}``.
     """
-    from .aggregation import source_only, target_only
+    from ..core.aggregation import source_only, target_only
 
     if rule not in RULES:
         raise ValueError(f"unknown rule {rule!r}; rule must be one of {list(RULES)}")
@@ -1193,12 +1170,12 @@ def init_metrics(
     * ``delta_bar`` = share of those subsets with ⟨g_D̂, g_S⟩ > 0, ``projected_noise`` = mean
       ⟨g_D̂ − g_T, u⟩² (u = g_S/‖g_S‖; the mean-field formula assumes σ²/m);
     * ``sigma2_hat``, ``d2_hat``, ``tau2d2_hat``: the raw unbiased estimates of
-      :func:`fda_core.estimators.estimate_deltas` from B = ``n_parts`` parts of the ACTUAL training
+      :func:`fda_core.core.estimators.estimate_deltas` from B = ``n_parts`` parts of the ACTUAL training
       subset of the cell (the same parts :func:`train_grid` uses), ``beta_hat``: the auto β from them;
     * per method: ``delta_mc`` = Monte-Carlo E‖g_T − ĝ‖² over the same random subsets, the rule applied
-      to each subset's gradient with ``fda_core.aggregation`` (batched; auto rules estimate β from the
+      to each subset's gradient with ``fda_core.core.aggregation`` (batched; auto rules estimate β from the
       B parts of each random subset), ``delta_mc_stderr``; ``delta_formula`` the closed form of
-      :mod:`fda_core.theory` with σ² = ``sigma2``, δ̄ = ``delta_bar``, τ̄² = ``tau2``, m = 6110 and
+      :mod:`fda_core.core.theory` with σ² = ``sigma2``, δ̄ = ``delta_bar``, τ̄² = ``tau2``, m = 6110 and
       ‖g_T‖² (``formula_kind``: exact for source/target only and FedDA, mean-field for FedGP, the
       oracle optimum for the auto rules); ``delta_projected`` (FedGP) the same with the measured
       projected noise in place of δ̄σ²/m; ``z_formula`` = (mc − formula)/stderr.
@@ -1213,7 +1190,7 @@ def init_metrics(
     import pandas as pd
     from tqdm.auto import tqdm
 
-    from .theory import delta_fedda, delta_fedgp, optimal_beta_fedda, optimal_beta_fedgp
+    from ..core.theory import delta_fedda, delta_fedgp, optimal_beta_fedda, optimal_beta_fedgp
 
     if not isinstance(data, SyntheticData):
         raise ValueError(f"data must be a SyntheticData from make_phase_diagram_data, got {type(data).__name__}")
@@ -1478,7 +1455,7 @@ def run_phase_diagram(
     progress: bool = True,
 ):
     """Train every (shift, size, rule) of every trial and measure the cells at θ0, one trial at a time,
-    reusing the trials already in ``store`` (a :class:`fda_core.results.ResultStore`), so a long run
+    reusing the trials already in ``store`` (a :class:`fda_core.common.store.ResultStore`), so a long run
     (``paper_scale``) that was interrupted resumes at the first unfinished trial.
 
     Returns ``(GridResult, metrics DataFrame)`` for all trials, as :func:`train_grid` and
@@ -1486,7 +1463,7 @@ def run_phase_diagram(
     """
     import pandas as pd
 
-    from . import __version__
+    from ..common import VERSION as __version__
 
     base = {
         "n_points": data.n_points, "shift_levels": [float(v) for v in data.shift_levels],

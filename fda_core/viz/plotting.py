@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.colors import ListedColormap
 
-from .results import atomic_write, write_table
+from ..common.files import atomic_write, write_table
 
 __all__ = ["RULE_COLORS", "RULE_LABELS", "set_style", "save_figure", "plot_phase_diagram", "plot_delta_curves",
            "theory_panels", "plot_mc_vs_formula", "plot_cell_grid",
@@ -39,7 +39,7 @@ RULE_LABELS = {
     "fedgp_cosine": "FedGP (cosine, papers' impl.)",
 }
 
-#: Colours of the methods of the real-data tables (fda_core.federated.METHODS), same family as RULE_COLORS.
+#: Colours of the methods of the real-data tables (fda_core.experiments.federated.METHODS), same family as RULE_COLORS.
 METHOD_COLORS = {
     "Source only": RULE_COLORS["source_only"],
     "Finetune_Offline": "#64b5cd",
@@ -132,9 +132,9 @@ def theory_panels(
 
     Returns ``(fig, tables)`` with ``tables = {"phase_diagram_theory": DataFrame(d, sigma, best_rule),
     "delta_vs_beta": DataFrame(beta, fedda, fedgp, ...)}``, the numbers plotted. The slider panel of
-    :func:`fda_core.widgets.theory_explorer` redraws exactly this figure.
+    :func:`fda_core.viz.widgets.theory_explorer` redraws exactly this figure.
     """
-    from . import theory
+    from ..core import theory
 
     rules = list(theory.THEORY_RULES) + (["fedda_auto", "fedgp_auto"] if include_auto else [])
     d = np.linspace(0, grid_max, grid_points)[1:]
@@ -168,7 +168,7 @@ def theory_panels(
 def plot_mc_vs_formula(table: pd.DataFrame, ax: plt.Axes | None = None, rules: tuple[str, ...] = ("fedda", "fedgp"),
                        x: str = "beta", title: str | None = None, extra: str | None = "projected") -> plt.Axes:
     """Monte-Carlo Δ² (points, ±2 standard errors) against the closed form (lines) for each rule,
-    from a :func:`fda_core.theory.delta_check` table; ``extra`` draws another formula column dashed."""
+    from a :func:`fda_core.experiments.delta_checks.delta_check` table; ``extra`` draws another formula column dashed."""
     ax = ax or plt.gca()
     for rule in rules:
         t = table[table.rule == rule].sort_values(x)
@@ -223,7 +223,7 @@ def plot_cell_grid(cells: pd.DataFrame, column: str, ax: plt.Axes | None = None,
 
 def plot_training_curves(result, shift_index: int, size_index: int, trial: int = 0,
                          methods: list[str] | None = None, ax: plt.Axes | None = None) -> tuple[plt.Axes, pd.DataFrame]:
-    """Target test-loss curves of every method in one cell of a :class:`fda_core.synthetic.GridResult`
+    """Target test-loss curves of every method in one cell of a :class:`fda_core.experiments.synthetic.GridResult`
     (log scale; auto-weighted methods dashed). Returns the axes and the long table plotted
     (method, step, test_loss)."""
     ax = ax or plt.gca()

@@ -24,7 +24,7 @@ def theory_explorer(
     d2_point: float = 2.0,
 ) -> Any:
     """Sliders for β, δ̄, τ̄², m, the grid range and the (σ², d²) point, and a toggle for the auto rules,
-    redrawing :func:`fda_core.plotting.theory_panels` (phase diagram + Δ²(β) curves).
+    redrawing :func:`fda_core.viz.plotting.theory_panels` (phase diagram + Δ²(β) curves).
 
     Returns an ``ipywidgets.interactive`` (display it, or let it be the cell's last expression).
     """
@@ -63,7 +63,8 @@ def estimator_explorer(model: Any, B_values: Sequence[int], n_values: Sequence[i
     import ipywidgets as w
     import matplotlib.pyplot as plt
 
-    from .estimator_checks import _check_B, _check_n, plot_estimator_spread
+    from ..experiments.estimator_checks import _check_B, _check_n
+    from .estimator_plots import plot_estimator_spread
 
     bs = sorted({_check_B(b, "B_values") for b in B_values})
     ns = sorted({_check_n(v, "n_values") for v in n_values})
@@ -90,7 +91,7 @@ def estimator_explorer(model: Any, B_values: Sequence[int], n_values: Sequence[i
 
 def curves_explorer(result: Any, methods: Sequence[str] | None = None) -> Any:
     """Sliders for the shift level, the subset size and the trial of a
-    :class:`fda_core.synthetic.GridResult`, drawing the target test-loss curves of every method there."""
+    :class:`fda_core.experiments.synthetic.GridResult`, drawing the target test-loss curves of every method there."""
     import ipywidgets as w
     import matplotlib.pyplot as plt
 

@@ -4,12 +4,12 @@
   Remark 1): clients send sorted projections (or VW-histogram quantiles), the server averages them into
   the barycenter y and sends it back, each client returns the gradient of its own term with y held
   constant, the server sums them. Batched over class problems; drives
-  :func:`~fda_core.translation.stiefel.armijo_cayley_maximize`.
+  :func:`~fda_core.core.stiefel.armijo_cayley_maximize`.
 * :class:`INBLayer` — T_m(x) = x + Θ(t_m(Θᵀx) − Θᵀx) with t_m = F_bary⁻¹ ∘ F_m per direction (spec § 1,
   step 3) and its exact inverse (t_m replaced by t_m⁻¹; the orthogonal complement of Θ is untouched).
 * :class:`FedINB` — L layers, class-conditional, any client domain to any other
   (x′ = T_{m′}⁻¹(T_m(x))), variants INB / AEINB / IndAEINB, with or without VW histograms, and the
-  :class:`~fda_core.translation.comms.CommunicationLog` of everything transmitted.
+  :class:`~fda_core.experiments.translation.comms.CommunicationLog` of everything transmitted.
 
 Precision policy: the direction search (the expensive part: J·(1 + backtracking) evaluations per layer)
 runs its projections and gradients in ``search_dtype`` (float32 by default) with Θ and the Stiefel step in
@@ -26,22 +26,16 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .barycenter import (BarycenterQuantile, ClientCDF, barycenter_grid, barycenter_quantile,
+from ...common.devices import resolve_device
+from ...core.barycenter import (BarycenterQuantile, ClientCDF, barycenter_grid, barycenter_quantile,
                          fit_client_cdf, vw_edges, vw_pseudo_samples)
 from .comms import CommunicationLog
-from .stiefel import armijo_cayley_maximize, haar_stiefel
+from ...core.stiefel import armijo_cayley_maximize, haar_stiefel
 
-__all__ = ["FedMaxKSW", "INBLayer", "FedINB", "max_k_sw_objective", "federated_gradient", "resolve_device",
+__all__ = ["FedMaxKSW", "INBLayer", "FedINB", "max_k_sw_objective", "federated_gradient",
            "VARIANTS"]
 
 VARIANTS = ("INB", "AEINB", "IndAEINB")
-
-
-def resolve_device(device: str | torch.device = "auto") -> torch.device:
-    """``"auto"`` → CUDA when available, else CPU; anything else as given."""
-    if isinstance(device, str) and device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
 
 
 def sort_last(t: Tensor) -> tuple[Tensor, Tensor]:
@@ -76,7 +70,7 @@ def max_k_sw_objective(x: Tensor, theta: Tensor, n_bins: int | None = None) -> T
 
 class FedMaxKSW:
     """Fed-multi-max-K-SW objective (paper Alg. 1) for B class problems, as a
-    :class:`~fda_core.translation.stiefel.StiefelObjective`.
+    :class:`~fda_core.core.stiefel.StiefelObjective`.
 
     x: (B, M, n, d) client data in the search dtype (client m holds x[:, m]). Client work and server
     work are separated: the tensors passed between them go through ``log`` (see ``comms``), and the
@@ -234,7 +228,7 @@ class FedINB:
     n_layers: L ≥ 0 INB layers. n_directions: K in [1, d]. max_iter: J ≥ 1 Stiefel iterations per layer.
     n_bins: V ≥ 2 VW-histogram bins for the direction search (None: send sorted projections).
     variant: "INB" (pixel space), "AEINB" (one shared autoencoder) or "IndAEINB" (one per client).
-    autoencoders: for AE variants, a trained :class:`~fda_core.translation.autoencoder.ConvAutoencoder`
+    autoencoders: for AE variants, a trained :class:`~fda_core.data.autoencoder.ConvAutoencoder`
     (AEINB) or a list of M of them (IndAEINB); None trains them in :meth:`fit` (``ae_epochs``).
     bary_bins: client-histogram bins B (default round(√n)); bary_grid: barycenter grid points B₂ (100);
     alpha: pseudo-count per histogram bin; tol, init_step, shrink, grow, armijo_c, max_backtracks:
@@ -316,7 +310,7 @@ class FedINB:
         return torch.cat(out) if out else z.new_zeros(0, self.input_dim, dtype=torch.float32)
 
     def _prepare_autoencoders(self, domains: Sequence[Tensor]) -> None:
-        from .autoencoder import train_autoencoder
+        from ...data.autoencoder import train_autoencoder
 
         m = len(domains)
         if self.variant == "INB":

@@ -10,7 +10,7 @@ fitted and evaluated, for notebook 06), ``plots`` (its figures).
 
 from .comms import CommunicationLog, expected_parameters
 from .inb import VARIANTS, FedINB, INBLayer, federated_gradient, max_k_sw_objective
-from .metrics import wasserstein_distance, wasserstein_distances
+from ...core.wasserstein import wasserstein_distance, wasserstein_distances
 
 __all__ = ["FedINB", "INBLayer", "VARIANTS", "CommunicationLog", "expected_parameters", "federated_gradient",
            "max_k_sw_objective", "wasserstein_distance", "wasserstein_distances"]

@@ -6,7 +6,8 @@ Usage::
     fda run NOTEBOOK... [-p NAME VALUE]... [-f params.yaml] [--out DIR] [--kernel NAME] [--cwd DIR]
     fda sweep NOTEBOOK -f grid.yaml [--jobs K] [--out DIR] [-p NAME VALUE]...
 
-Also ``python -m fda_core ...``. The logic lives in :mod:`fda_core.notebooks`; this module parses
+Also ``python -m fda_core ...``. The logic lives in :mod:`.discovery`, :mod:`.parameters`, :mod:`.runner`
+and :mod:`.sweeps`; this module parses
 arguments and prints. Exit codes: 0 success, 1 a notebook failed, 2 bad usage / unknown notebook /
 invalid parameter (reported before anything executes).
 """
@@ -21,8 +22,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 
-from . import notebooks as nbk
-from .notebooks import ExecutionResult, NotebookError, ParameterError, read_yaml
+from .discovery import (NotebookError, ParameterError, default_output_dir, find_notebooks, notebook_number,
+                        notebooks_dir, read_yaml, repo_root, resolve_notebook, resolve_notebooks)
+from .parameters import notebook_parameters, validate_parameters
+from .runner import DEFAULT_KERNEL, ExecutionResult, execute
+from .sweeps import load_parameter_sets, plan_sweep, run_sweep
 
 __all__ = ["main", "build_parser"]
 
@@ -60,7 +64,7 @@ def _add_params_option(p: argparse.ArgumentParser) -> None:
 
 
 def _add_exec_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--kernel", default=nbk.DEFAULT_KERNEL, metavar="NAME",
+    p.add_argument("--kernel", default=DEFAULT_KERNEL, metavar="NAME",
                    help="Jupyter kernel to execute with (default: %(default)s, the current interpreter's ipykernel)")
     p.add_argument("--cwd", type=Path, default=None, metavar="DIR",
                    help="working directory of the kernel (default: the repository root, so relative "
@@ -169,8 +173,8 @@ def _format_parameters(params: dict[str, dict[str, str]]) -> list[str]:
 
 
 def _cmd_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    folder = nbk.notebooks_dir()
-    paths = [nbk.resolve_notebook(args.notebook)] if args.notebook else nbk.find_notebooks(folder)
+    folder = notebooks_dir()
+    paths = [resolve_notebook(args.notebook)] if args.notebook else find_notebooks(folder)
     if not paths:
         print(f"no numbered notebooks (NN_topic.ipynb) in {folder}", file=err)
         return 0
@@ -178,13 +182,13 @@ def _cmd_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if not args.notebook:
         print(f"Notebooks in {folder}:", file=out)
     for i, path in enumerate(paths):
-        number = nbk.notebook_number(path)
+        number = notebook_number(path)
         label = f"[{number:02d}] {path.stem}" if number is not None else path.stem
         if i or not args.notebook:
             print(file=out)
         print(label if not args.notebook else f"{label}  ({path})", file=out)
         try:
-            params = nbk.notebook_parameters(path)
+            params = notebook_parameters(path)
         except NotebookError as exc:  # unreadable notebook: report it, list the others
             print(f"    {exc}", file=out)
             status = 1
@@ -213,7 +217,7 @@ def _plan_run(paths: list[Path], typed: dict[str, Any], raw: dict[str, str]) -> 
     by at least one of them and goes only to those that declare it.
     """
     errors: list[str] = []
-    declared = {p: nbk.notebook_parameters(p) for p in paths}
+    declared = {p: notebook_parameters(p) for p in paths}
     if len(paths) > 1:
         for name in [*typed, *(n for n in raw if n not in typed)]:
             if not any(name in d for d in declared.values()):
@@ -225,7 +229,7 @@ def _plan_run(paths: list[Path], typed: dict[str, Any], raw: dict[str, str]) -> 
             if len(paths) > 1:
                 params = {k: v for k, v in params.items() if k in declared[path]}
             try:
-                values.update(nbk.validate_parameters(path, params, raw=is_raw))
+                values.update(validate_parameters(path, params, raw=is_raw))
             except ParameterError as exc:
                 errors.extend(e for e in exc.errors if e not in errors)
         plans.append(values)
@@ -249,15 +253,15 @@ def _fmt_params(params: dict[str, Any]) -> str:
 
 
 def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    paths = nbk.resolve_notebooks(args.notebooks)
+    paths = resolve_notebooks(args.notebooks)
     typed: dict[str, Any] = {}
     for f in args.param_files:
         typed.update(_load_param_file(f))
     raw = {name: value for name, value in args.params}
     typed = {k: v for k, v in typed.items() if k not in raw}  # -p wins over -f
     plans = _plan_run(paths, typed, raw)
-    out_dir = (args.out if args.out is not None else nbk.default_output_dir()).resolve()
-    cwd = args.cwd.resolve() if args.cwd is not None else nbk.repo_root()
+    out_dir = (args.out if args.out is not None else default_output_dir()).resolve()
+    cwd = args.cwd.resolve() if args.cwd is not None else repo_root()
     if args.cwd is not None and not cwd.is_dir():
         raise NotebookError(f"--cwd {args.cwd}: no such directory")
     for path in paths:
@@ -276,7 +280,7 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
         for count, (path, params) in enumerate(zip(paths, plans), start=1):
             bar.set_postfix_str(path.stem)
-            res = nbk.execute(path, out_dir / path.name, params, kernel_name=args.kernel, cwd=cwd,
+            res = execute(path, out_dir / path.name, params, kernel_name=args.kernel, cwd=cwd,
                               progress_bar=not args.no_progress)
             bar.update(1)
             if res.ok:
@@ -301,14 +305,14 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def _cmd_sweep(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.jobs < 1:
         raise NotebookError(f"--jobs must be at least 1, got {args.jobs}")
-    path = nbk.resolve_notebook(args.notebook)
-    sets = nbk.load_parameter_sets(args.grid)
-    fixed = nbk.validate_parameters(path, {name: value for name, value in args.params}, raw=True)
-    out_dir = (args.out if args.out is not None else nbk.default_output_dir() / "sweeps").resolve()
-    cwd = args.cwd.resolve() if args.cwd is not None else nbk.repo_root()
+    path = resolve_notebook(args.notebook)
+    sets = load_parameter_sets(args.grid)
+    fixed = validate_parameters(path, {name: value for name, value in args.params}, raw=True)
+    out_dir = (args.out if args.out is not None else default_output_dir() / "sweeps").resolve()
+    cwd = args.cwd.resolve() if args.cwd is not None else repo_root()
     if args.cwd is not None and not cwd.is_dir():
         raise NotebookError(f"--cwd {args.cwd}: no such directory")
-    items = nbk.plan_sweep(path, sets, out_dir, fixed=fixed)
+    items = plan_sweep(path, sets, out_dir, fixed=fixed)
 
     if args.dry_run:
         for item in items:
@@ -326,7 +330,7 @@ def _cmd_sweep(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             bar.write(f"FAILED {res.output.name if res.output else _fmt_params(res.parameters)}: {res.error_summary()}", file=err)
 
     try:
-        results = nbk.run_sweep(path, items, jobs=args.jobs, force=args.force, kernel_name=args.kernel, cwd=cwd,
+        results = run_sweep(path, items, jobs=args.jobs, force=args.force, kernel_name=args.kernel, cwd=cwd,
                                 progress=progress)
     finally:
         bar.close()

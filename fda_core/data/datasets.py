@@ -39,6 +39,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..common.checks import check_int
+
 __all__ = [
     "mnist_5k",
     "rotate_images",
@@ -525,9 +527,7 @@ def _cifar_factory(data_root: str | os.PathLike | None = None) -> FDADataset:
 
 
 def _check_seed(seed) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise ValueError(f"seed must be an integer, got {seed!r}")
-    return int(seed)
+    return check_int(seed, "seed")
 
 
 def _bernoulli(p: float, size: int, g: torch.Generator) -> Tensor:

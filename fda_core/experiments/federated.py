@@ -15,7 +15,7 @@ the sample-weighted source average after a FedAvg round).
 
 Magnitude alignment (FedGP paper App. B.2 Eq. B.2; auto-weighted paper App. C.3): a source update made
 with lr_S over its own number of steps is rescaled to the target's round, a_i = (lr_T/lr_S) ·
-steps_T / steps_i (:func:`fda_core.aggregation.magnitude_alignment`), before any rule combines it with g_T.
+steps_T / steps_i (:func:`fda_core.core.aggregation.magnitude_alignment`), before any rule combines it with g_T.
 Auto-β (auto-weighted paper § 4.2 and App. C.3): every round, from the target's B per-batch updates
 (the parts) and each source's average per-batch update (g_i / steps_i, aligned by lr_T/lr_S).
 
@@ -37,15 +37,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import aggregation
-from .estimators import auto_beta
+from ..common.checks import is_int as _is_int
+from ..common.checks import is_number as _is_num
+from ..common.devices import resolve_device
+from ..core import aggregation
+from ..core.estimators import auto_beta
 
-__all__ = ["FlatModel", "FlatAdam", "DEFAULT_CONFIG", "METHODS", "BASELINES", "resolve_device", "make_config",
+__all__ = ["FlatModel", "FlatAdam", "DEFAULT_CONFIG", "METHODS", "BASELINES", "make_config",
            "method_config", "sweep_configs", "run_experiment", "run_many", "results_table", "summary_table", "beta_table"]
 
 #: Default configuration of :func:`run_experiment` (keys are the allowed config keys).
 DEFAULT_CONFIG: dict[str, Any] = {
-    "dataset": "ColoredMNIST",      # registered name (fda_core.datasets.list_datasets())
+    "dataset": "ColoredMNIST",      # registered name (fda_core.data.datasets.list_datasets())
     "dataset_options": {},          # passed to get_dataset, e.g. {"noise_std": 0.4}
     "target": None,                 # env name or index; None -> the dataset's default_target (else 0)
     "rule": "fedgp",                # registered rule, or 'finetune_offline' / 'oracle'
@@ -89,21 +92,6 @@ METHODS: dict[str, dict[str, Any]] = {
 #: Rules that are training procedures rather than aggregation rules.
 BASELINES = ("finetune_offline", "oracle")
 _PROJECTIONS = ("exact", "exact_layerwise", "cosine")
-
-
-def resolve_device(device: str | torch.device = "auto") -> torch.device:
-    """'auto' -> CUDA when available, else CPU; otherwise ``torch.device(device)`` (checked)."""
-    if isinstance(device, torch.device):
-        return device
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:<i>', got {device!r}") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={device!r} asked for CUDA but torch.cuda.is_available() is False; use 'auto' or 'cpu'")
-    return dev
 
 
 # ---------------------------------------------------------------------------------------------
@@ -208,14 +196,6 @@ class FlatAdam:
 def _check(cond: bool, name: str, allowed: str, value: Any) -> None:
     if not cond:
         raise ValueError(f"{name} must be {allowed}, got {value!r}")
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def make_config(**config: Any) -> dict[str, Any]:
@@ -346,8 +326,8 @@ def _generator(seed: int, *keys: int) -> torch.Generator:
 
 
 def _prepare(c: dict[str, Any], dataset: Any = None):
-    from .datasets import get_dataset, labeled_split
-    from .models import get_model
+    from ..data.datasets import get_dataset, labeled_split
+    from ..data.models import get_model
 
     ds = dataset if dataset is not None else get_dataset(c["dataset"], **c["dataset_options"])
     if c["target"] is None:
@@ -527,7 +507,7 @@ def run_experiment(*, _dataset: Any = None, progress: bool = False, **config: An
 def _align(updates: Tensor, factors: Tensor) -> Tensor:
     """Magnitude alignment in place (FedGP paper App. B.2 Eq. B.2): row i of ``updates`` (N, m) times
     a_i = (lr_T/lr_S)·steps_T/steps_i (``factors``, (N,)); steps_i = ⌈n_i/bs_S⌉·r_S, steps_T = ⌈n_T/bs_T⌉·r_T,
-    as :func:`fda_core.aggregation.magnitude_alignment` (which counts steps as n/bs)."""
+    as :func:`fda_core.core.aggregation.magnitude_alignment` (which counts steps as n/bs)."""
     return updates.mul_(factors[:, None])
 
 
@@ -561,13 +541,13 @@ def _store_key(c: Mapping[str, Any]) -> dict[str, Any]:
 def run_many(configs: Iterable[Mapping[str, Any]], *, store: Any = None, experiment: str = "federated",
              progress: bool = True, labels: Sequence[Mapping[str, Any]] | None = None,
              on_result: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-    """Run every config (skipping those already in ``store``, a :class:`fda_core.results.ResultStore`
+    """Run every config (skipping those already in ``store``, a :class:`fda_core.common.store.ResultStore`
     or a folder), saving each finished run atomically, so an interrupted sweep resumes where it stopped.
 
     ``labels`` (one mapping per config, e.g. {"method": "FedGP"}) are attached to each returned result
     under ``"labels"``. Returns the results in order.
     """
-    from .results import ResultStore
+    from ..common.store import ResultStore
 
     configs = [dict(cfg) for cfg in configs]
     labels = list(labels) if labels is not None else [{} for _ in configs]

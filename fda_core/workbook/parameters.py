@@ -1,0 +1,422 @@
+"""Notebook parameters: the declarations of the cell tagged ``parameters`` (``name: type = default  # help``),
+a small type system for them, and validation of user values *before* anything runs (papermill's own ``-p``
+coercion would turn ``"007"`` into ``7`` and lists into strings).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import functools
+import io
+import os
+import tokenize
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .discovery import NotebookError, ParameterError
+
+__all__ = ["TypeSpec", "notebook_parameters", "parse_type", "coerce_raw", "conform_value", "validate_parameters"]
+
+_NONE_WORDS = frozenset({"none", "null", "~"})
+_TRUE_WORDS = frozenset({"true", "1", "yes"})
+_FALSE_WORDS = frozenset({"false", "0", "no"})
+
+# --------------------------------------------------------------------------------------------------
+# parameters
+
+
+def notebook_parameters(path: str | os.PathLike) -> dict[str, dict[str, str]]:
+    """The parameters declared in the notebook's cell tagged ``parameters``.
+
+    Returns ``{name: {"name", "inferred_type_name", "default", "help"}}`` in declaration order, as
+    :func:`papermill.inspect_notebook` does. Declarations papermill's pattern misses (``x: int | None``,
+    ``Literal[...]``, quoted annotations) are recovered from the cell's syntax tree, and a notebook
+    without kernelspec metadata is inspected as Python. ``inferred_type_name`` is ``"None"`` when the
+    type is unknown (no annotation). Results are cached per file modification time. Raises
+    :class:`NotebookError` when the notebook cannot be read.
+    """
+    p = Path(path).resolve()
+    try:
+        stat = p.stat()
+        params = _notebook_parameters_cached(str(p), stat.st_mtime_ns, stat.st_size)
+    except Exception as exc:  # missing file, invalid JSON, unsupported nbformat...
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise NotebookError(f"cannot read the parameters of notebook {p}: {type(exc).__name__}: {detail}") from exc
+    return {k: dict(v) for k, v in params.items()}
+
+
+@functools.lru_cache(maxsize=128)
+def _notebook_parameters_cached(path: str, mtime_ns: int, size: int) -> dict[str, dict[str, str]]:
+    import nbformat
+    import papermill
+
+    try:
+        params = papermill.inspect_notebook(path)
+    except ValueError:  # no kernelspec in the notebook metadata: inspect the cell as Python
+        from papermill.translators import PythonTranslator
+
+        cell = _parameters_cell(nbformat.read(path, as_version=4))
+        params = {p.name: p._asdict() for p in PythonTranslator.inspect(cell)} if cell is not None else {}
+    cell = _parameters_cell(nbformat.read(path, as_version=4))
+    if cell is None:
+        return dict(params)
+    return _complete_with_ast(cell.source, dict(params))
+
+
+def _parameters_cell(nb: Any) -> Any:
+    for cell in nb.cells:
+        if "parameters" in cell.get("metadata", {}).get("tags", []):
+            return cell
+    return None
+
+
+def _complete_with_ast(source: str, params: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    """Add declarations papermill's regex missed and order everything as declared."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return params
+    comments: dict[int, str] = {}
+    with contextlib.suppress(tokenize.TokenError, IndentationError, SyntaxError):
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.type == tokenize.COMMENT:
+                comments[tok.start[0]] = tok.string.lstrip("#").strip()
+    ordered: dict[str, dict[str, str]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names, annotation = [node.target.id], ast.unparse(node.annotation)
+            if isinstance(node.annotation, ast.Constant) and isinstance(node.annotation.value, str):
+                annotation = node.annotation.value
+        elif isinstance(node, ast.Assign):
+            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            annotation = "None"
+        else:
+            continue
+        value = getattr(node, "value", None)
+        for name in names:
+            if name in params:
+                ordered[name] = params[name]
+                continue
+            help_text = comments.get(node.end_lineno or node.lineno, "")
+            if help_text.startswith("type:"):
+                help_text = ""
+            ordered[name] = {
+                "name": name,
+                "inferred_type_name": annotation,
+                "default": ast.unparse(value) if value is not None else "",
+                "help": help_text,
+            }
+    for name, info in params.items():  # anything papermill saw that the tree walk did not
+        ordered.setdefault(name, info)
+    return ordered
+
+
+@dataclass(frozen=True)
+class TypeSpec:
+    """A parsed parameter annotation.
+
+    ``kind`` is one of ``any, none, int, float, bool, str, list, tuple, dict, union, literal``;
+    ``args`` holds element specs (``list``: one; ``tuple``: fixed items, or one plus ``...``;
+    ``dict``: key and value; ``union``: the options) or the allowed values (``literal``).
+    """
+
+    kind: str
+    args: tuple = ()
+
+    def __str__(self) -> str:
+        if self.kind == "none":
+            return "None"
+        if self.kind == "union":
+            return " | ".join(str(a) for a in self.args)
+        if self.kind == "literal":
+            return "one of " + ", ".join(repr(v) for v in self.args)
+        if self.kind in ("list", "tuple", "dict") and self.args:
+            return f"{self.kind}[" + ", ".join("..." if a is Ellipsis else str(a) for a in self.args) + "]"
+        return self.kind
+
+    @property
+    def nullable(self) -> bool:
+        """Whether None is an accepted value."""
+        return self.kind in ("any", "none") or (self.kind == "union" and any(a.nullable for a in self.args))
+
+
+_ANY = TypeSpec("any")
+_NAMES = {
+    "int": "int", "float": "float", "bool": "bool", "str": "str",
+    "list": "list", "List": "list", "Sequence": "list", "MutableSequence": "list", "Iterable": "list",
+    "set": "list", "Set": "list", "frozenset": "list", "FrozenSet": "list",
+    "tuple": "tuple", "Tuple": "tuple",
+    "dict": "dict", "Dict": "dict", "Mapping": "dict", "MutableMapping": "dict",
+    "NoneType": "none", "None": "none",
+    "Path": "str", "PathLike": "str",
+    "Any": "any", "object": "any",
+}
+
+
+def parse_type(annotation: str | None) -> TypeSpec:
+    """Parse an annotation string (``int``, ``list[int]``, ``Optional[float]``, ``str | None``,
+    ``Literal["a", "b"]`` ...) into a :class:`TypeSpec`. Unknown or missing annotations (papermill's
+    ``"None"``) give ``TypeSpec("any")``. Sets become lists (papermill injects lists, not sets)."""
+    if annotation is None:
+        return _ANY
+    text = annotation.strip()
+    if text in ("", "None"):  # papermill writes "None" for "no annotation"
+        return _ANY
+    try:
+        node = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return _ANY
+    return _spec_from_node(node)
+
+
+def _node_name(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
+
+
+def _union(options: Iterable[TypeSpec]) -> TypeSpec:
+    flat: list[TypeSpec] = []
+    for o in options:
+        for x in o.args if o.kind == "union" else (o,):
+            if x not in flat:
+                flat.append(x)
+    if any(x.kind == "any" for x in flat):
+        return _ANY
+    return flat[0] if len(flat) == 1 else TypeSpec("union", tuple(flat))
+
+
+def _spec_from_node(node: ast.AST) -> TypeSpec:
+    if isinstance(node, ast.Constant):
+        if node.value is None:
+            return TypeSpec("none")
+        if isinstance(node.value, str):
+            return parse_type(node.value)
+        return _ANY
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return _union([_spec_from_node(node.left), _spec_from_node(node.right)])
+    name = _node_name(node)
+    if name is not None:
+        return TypeSpec(_NAMES[name]) if name in _NAMES else _ANY
+    if isinstance(node, ast.Subscript):
+        base = _node_name(node.value)
+        items = list(node.slice.elts) if isinstance(node.slice, ast.Tuple) else [node.slice]
+        if base == "Optional":
+            return _union([_spec_from_node(items[0]), TypeSpec("none")])
+        if base == "Union":
+            return _union(_spec_from_node(i) for i in items)
+        if base == "Annotated":
+            return _spec_from_node(items[0])
+        if base == "Literal":
+            values = tuple(i.value for i in items if isinstance(i, ast.Constant))
+            return TypeSpec("literal", values) if len(values) == len(items) else _ANY
+        kind = _NAMES.get(base or "")
+        if kind == "list":
+            return TypeSpec("list", (_spec_from_node(items[0]),))
+        if kind == "tuple":
+            if len(items) == 2 and isinstance(items[1], ast.Constant) and items[1].value is Ellipsis:
+                return TypeSpec("tuple", (_spec_from_node(items[0]), Ellipsis))
+            return TypeSpec("tuple", tuple(_spec_from_node(i) for i in items))
+        if kind == "dict" and len(items) == 2:
+            return TypeSpec("dict", (_spec_from_node(items[0]), _spec_from_node(items[1])))
+        if kind is not None:
+            return TypeSpec(kind)
+    return _ANY
+
+
+class _Mismatch(ValueError):
+    """A value does not conform to a TypeSpec (message: the reason, possibly empty)."""
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def conform_value(spec: TypeSpec, value: Any) -> Any:
+    """Check an already-typed value (from YAML) against ``spec`` and return it in injectable form
+    (ints accepted for float become floats, tuples become lists). Raises ``ValueError``.
+
+    ``bool`` is not accepted for ``int``/``float``; numbers are not accepted for ``str``.
+    """
+    k = spec.kind
+    if k == "any":
+        return value
+    if k == "none":
+        if value is None:
+            return None
+        raise _Mismatch()
+    if k == "bool":
+        if isinstance(value, bool):
+            return value
+        raise _Mismatch()
+    if k == "int":
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise _Mismatch()
+    if k == "float":
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise _Mismatch()
+    if k == "str":
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float, bool)) or value is None:
+            raise _Mismatch("quote it in YAML to pass a string")
+        raise _Mismatch()
+    if k == "literal":
+        for allowed in spec.args:
+            if type(allowed) is type(value) and allowed == value:
+                return value
+        raise _Mismatch()
+    if k in ("list", "tuple"):
+        if not isinstance(value, (list, tuple)):
+            raise _Mismatch()
+        items = list(value)
+        if k == "tuple" and spec.args and spec.args[-1] is not Ellipsis:
+            if len(items) != len(spec.args):
+                raise _Mismatch(f"expected {len(spec.args)} items, got {len(items)}")
+            return [_conform_item(s, v, i) for i, (s, v) in enumerate(zip(spec.args, items))]
+        if spec.args:
+            return [_conform_item(spec.args[0], v, i) for i, v in enumerate(items)]
+        return items
+    if k == "dict":
+        if not isinstance(value, dict):
+            raise _Mismatch()
+        if not spec.args:
+            return dict(value)
+        ks, vs = spec.args
+        out = {}
+        for key, val in value.items():
+            out[_conform_item(ks, key, key, what="key")] = _conform_item(vs, val, key)
+        return out
+    if k == "union":
+        for option in spec.args:
+            try:
+                return conform_value(option, value)
+            except _Mismatch:
+                continue
+        raise _Mismatch()
+    raise _Mismatch(f"unsupported type {spec}")  # pragma: no cover - every kind is handled above
+
+
+def _conform_item(spec: TypeSpec, value: Any, where: Any, what: str = "item") -> Any:
+    try:
+        return conform_value(spec, value)
+    except _Mismatch as exc:
+        raise _Mismatch(f"{what} {where!r} should be {spec}, got {type(value).__name__} {_short(value)}") from exc
+
+
+def _yaml_load(raw: str) -> Any:
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise _Mismatch(f"not valid YAML: {str(exc).splitlines()[0]}") from exc
+    return value
+
+
+def coerce_raw(spec: TypeSpec, raw: str) -> Any:
+    """Coerce a command-line string by the declared type. Raises ``ValueError`` with a reason.
+
+    ``int`` needs an integer literal (``"007"`` → 7; ``"1.5"``, ``"abc"`` fail); ``float`` anything
+    ``float()`` accepts; ``bool`` true/false/1/0/yes/no (any case); ``str`` keeps the text verbatim;
+    ``list``/``dict``/``tuple`` and unknown types parse as YAML (``[1, 2]``, ``{a: 1}``);
+    ``None`` is accepted as none/null/~ where the annotation allows it (``Optional[...]``, ``X | None``).
+    """
+    k = spec.kind
+    text = raw.strip()
+    if k == "any":
+        value = _yaml_load(raw) if text else raw
+        return value if isinstance(value, (type(None), bool, int, float, str, list, dict)) else raw
+    if k == "none":
+        if text.lower() in _NONE_WORDS:
+            return None
+        raise _Mismatch("write none or null")
+    if k == "str":
+        return raw
+    if k == "int":
+        try:
+            return int(text)
+        except ValueError:
+            raise _Mismatch("not an integer") from None
+    if k == "float":
+        try:
+            return float(text)
+        except ValueError:
+            raise _Mismatch("not a number") from None
+    if k == "bool":
+        if text.lower() in _TRUE_WORDS:
+            return True
+        if text.lower() in _FALSE_WORDS:
+            return False
+        raise _Mismatch("use true/false, yes/no or 1/0")
+    if k == "literal":
+        for allowed in spec.args:
+            if isinstance(allowed, str) and allowed == raw:
+                return allowed
+        loaded = _yaml_load(raw)
+        try:
+            return conform_value(spec, loaded)
+        except _Mismatch:
+            raise _Mismatch() from None
+    if k in ("list", "tuple", "dict"):
+        loaded = _yaml_load(raw)
+        try:
+            return conform_value(spec, loaded)
+        except _Mismatch as exc:
+            hint = "a YAML mapping such as {a: 1}" if k == "dict" else "a YAML list such as [1, 2]"
+            reason = str(exc) or f"write {hint}"
+            raise _Mismatch(reason) from None
+    if k == "union":
+        if spec.nullable and text.lower() in _NONE_WORDS:
+            return None
+        options = [o for o in spec.args if o.kind != "none"]
+        options.sort(key=lambda o: o.kind == "str")  # str last: it accepts anything
+        for option in options:
+            try:
+                return coerce_raw(option, raw)
+            except _Mismatch:
+                continue
+        raise _Mismatch()
+    raise _Mismatch(f"unsupported type {spec}")  # pragma: no cover
+
+
+def validate_parameters(notebook_path: str | os.PathLike, params: Mapping[str, Any], *, raw: bool) -> dict[str, Any]:
+    """Check ``params`` against the notebook's declared parameters and return the coerced values.
+
+    ``raw=True``: values are command-line strings, coerced by the declared annotation (see
+    :func:`coerce_raw`). ``raw=False``: values are already typed (YAML) and are checked against it
+    (see :func:`conform_value`). Every problem is collected; raises :class:`ParameterError` with one
+    line per problem, e.g. ``parameter 'n_draws' of 01_delta_errors expects int, got str '12x'`` or
+    ``unknown parameter 'foo' for 01_delta_errors; allowed: n_draws, seed``.
+    """
+    path = Path(notebook_path)
+    declared = notebook_parameters(path)
+    stem = path.stem
+    errors: list[str] = []
+    out: dict[str, Any] = {}
+    for name, value in params.items():
+        if name not in declared:
+            allowed = ", ".join(declared) if declared else "(none: the notebook declares no parameters)"
+            errors.append(f"unknown parameter {name!r} for {stem}; allowed: {allowed}")
+            continue
+        spec = parse_type(declared[name]["inferred_type_name"])
+        try:
+            if raw and isinstance(value, str):
+                out[name] = coerce_raw(spec, value)
+            else:
+                out[name] = conform_value(spec, value)
+        except _Mismatch as exc:
+            got = repr(value) if raw and isinstance(value, str) else f"{type(value).__name__} {_short(value)}"
+            reason = f" ({exc})" if str(exc) else ""
+            errors.append(f"parameter {name!r} of {stem} expects {spec}, got {got}{reason}")
+    if errors:
+        raise ParameterError(errors)
+    return out

@@ -1,0 +1,158 @@
+"""Execute one notebook with papermill, writing the executed copy atomically (the ``fda run`` engine)."""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .discovery import repo_root
+
+__all__ = ["DEFAULT_KERNEL", "ExecutionResult", "failed_path", "execute"]
+
+#: Default kernel: ``python3`` resolves to the running interpreter's ipykernel.
+DEFAULT_KERNEL = "python3"
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+# --------------------------------------------------------------------------------------------------
+# execution
+
+
+@dataclass
+class ExecutionResult:
+    """The outcome of one notebook execution.
+
+    ``status`` is ``"done"``, ``"failed"`` or ``"skipped"``; ``output`` is the executed copy (the
+    ``*.failed.ipynb`` copy on failure, when one was written). For failures, ``ename``/``evalue`` are
+    the exception name and value, ``cell_index`` the index of the failing cell in the executed copy
+    (which has an extra ``injected-parameters`` cell when parameters were given), ``exec_count`` its
+    ``In [n]`` number, ``source`` its code and ``traceback`` the kernel's traceback lines.
+    """
+
+    notebook: Path
+    output: Path | None
+    parameters: dict[str, Any] = field(default_factory=dict)
+    status: str = "done"
+    ename: str | None = None
+    evalue: str | None = None
+    cell_index: int | None = None
+    exec_count: int | None = None
+    source: str | None = None
+    traceback: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True unless the execution failed."""
+        return self.status != "failed"
+
+    def failing_line(self) -> tuple[int, str] | None:
+        """``(line number, code)`` of the line of the failing cell that raised, from the traceback."""
+        if self.source is None:
+            return None
+        for entry in self.traceback:
+            text = _ANSI.sub("", entry)
+            m = re.match(r"\s*Cell\s+In\s*\[\d*\],\s*line\s+(\d+)", text)
+            if m:
+                lines = self.source.splitlines()
+                n = int(m[1])
+                return (n, lines[n - 1].strip()) if 0 < n <= len(lines) else None
+        return None
+
+    def error_summary(self) -> str:
+        """``"cell 3 (In [2]): ValueError: boom"``, or ``""`` when nothing failed."""
+        if self.status != "failed":
+            return ""
+        where = ""
+        if self.cell_index is not None:
+            where = f"cell {self.cell_index}"
+            if self.exec_count is not None:
+                where += f" (In [{self.exec_count}])"
+            where += ": "
+        return f"{where}{self.ename}: {self.evalue}"
+
+
+def failed_path(output: str | os.PathLike) -> Path:
+    """Where the executed copy of a failed run is kept: ``NAME.ipynb`` → ``NAME.failed.ipynb``."""
+    out = Path(output)
+    return out.with_name(f"{out.stem}.failed.ipynb")
+
+
+def _escape_braces(path: Path) -> str:
+    # papermill formats input/output paths with the parameters (str.format): keep braces literal.
+    return str(path).replace("{", "{{").replace("}", "}}")
+
+
+def execute(
+    notebook: str | os.PathLike,
+    output: str | os.PathLike,
+    parameters: Mapping[str, Any] | None = None,
+    *,
+    kernel_name: str | None = DEFAULT_KERNEL,
+    cwd: str | os.PathLike | None = None,
+    progress_bar: bool = True,
+    start_timeout: int = 60,
+    execution_timeout: int | None = None,
+) -> ExecutionResult:
+    """Execute ``notebook`` with papermill and write the executed copy to ``output`` atomically.
+
+    The notebook runs into a hidden temp file in ``output``'s folder; on success it is renamed
+    (``os.replace``) to ``output`` — so an existing ``output`` always is a complete, successful run —
+    and a stale ``*.failed.ipynb`` copy is removed. On failure the partial copy (papermill saves it
+    cell by cell, with the traceback) is renamed to :func:`failed_path` and the result carries the
+    error; execution errors never raise. ``parameters`` should already be validated
+    (:func:`validate_parameters`). ``cwd`` is the kernel's working directory (default: the repository
+    root). Unlike papermill's own ``cwd=`` (a process-wide ``os.chdir``), the directory is handed to
+    the kernel launch, so several executions may run in threads at once.
+    """
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    src = Path(notebook).resolve()
+    dst = Path(output).resolve()
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    work_dir = Path(cwd).resolve() if cwd is not None else repo_root()
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{dst.stem}.", suffix=".tmp.ipynb", dir=dst.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    params = dict(parameters or {})
+    result = ExecutionResult(notebook=src, output=None, parameters=params)
+    start = time.perf_counter()
+    try:
+        papermill.execute_notebook(
+            _escape_braces(src),
+            _escape_braces(tmp),
+            parameters=params or None,
+            kernel_name=kernel_name,
+            progress_bar=progress_bar,
+            start_timeout=start_timeout,
+            execution_timeout=execution_timeout,
+            resources={"metadata": {"path": str(work_dir)}},
+        )
+    except PapermillExecutionError as exc:
+        result.status = "failed"
+        result.ename, result.evalue = exc.ename, exc.evalue
+        result.cell_index, result.exec_count, result.source = exc.cell_index, exc.exec_count, exc.source
+        result.traceback = list(exc.traceback or [])
+    except Exception as exc:  # kernel died, timed out, missing kernel, unreadable notebook...
+        result.status = "failed"
+        result.ename, result.evalue = type(exc).__name__, str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    except BaseException:  # KeyboardInterrupt: leave nothing half-written behind
+        tmp.unlink(missing_ok=True)
+        raise
+    result.seconds = time.perf_counter() - start
+    if result.status == "done":
+        os.replace(tmp, dst)
+        failed_path(dst).unlink(missing_ok=True)
+        result.output = dst
+    elif tmp.exists() and tmp.stat().st_size > 0:
+        os.replace(tmp, failed_path(dst))
+        result.output = failed_path(dst)
+    else:
+        tmp.unlink(missing_ok=True)
+    return result
