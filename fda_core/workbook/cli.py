@@ -25,7 +25,7 @@ from typing import Any, TextIO
 from .discovery import (NotebookError, ParameterError, default_output_dir, find_notebooks, notebook_number,
                         notebooks_dir, read_yaml, repo_root, resolve_notebook, resolve_notebooks)
 from .parameters import notebook_parameters, validate_parameters
-from .runner import DEFAULT_KERNEL, ExecutionResult, execute
+from .runner import DEFAULT_KERNEL, DEFAULT_STALL_TIMEOUT, ExecutionResult, execute
 from .sweeps import load_parameter_sets, plan_sweep, run_sweep
 
 __all__ = ["main", "build_parser"]
@@ -63,12 +63,27 @@ def _add_params_option(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {text!r}")
+    return value
+
+
 def _add_exec_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kernel", default=DEFAULT_KERNEL, metavar="NAME",
                    help="Jupyter kernel to execute with (default: %(default)s, the current interpreter's ipykernel)")
     p.add_argument("--cwd", type=Path, default=None, metavar="DIR",
                    help="working directory of the kernel (default: the repository root, so relative "
                    "paths such as figures/... land in the repository's figures/ folder)")
+    p.add_argument("--stall-timeout", type=_seconds, default=DEFAULT_STALL_TIMEOUT, metavar="SECONDS",
+                   help="a cell whose reply has not come although the kernel has been idle (or silent since the "
+                   "request) this long counts as stalled: the notebook is re-executed once with a fresh kernel, then "
+                   "fails naming the cell. A long computation (kernel busy) is never a stall. 0 turns the watchdog "
+                   "off (default: %(default)g)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--dry-run", action="store_true",
                    help="validate and show what would run, without executing anything")
@@ -281,8 +296,10 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         for count, (path, params) in enumerate(zip(paths, plans), start=1):
             bar.set_postfix_str(path.stem)
             res = execute(path, out_dir / path.name, params, kernel_name=args.kernel, cwd=cwd,
-                              progress_bar=not args.no_progress)
+                          progress_bar=not args.no_progress, stall_timeout=args.stall_timeout or None)
             bar.update(1)
+            if res.retried:
+                bar.write(f"warning: {path.stem}: {res.retried}; the notebook was re-executed with a fresh kernel", file=err)
             if res.ok:
                 bar.write(f"ok {path.stem} ({res.seconds:.1f} s) -> {res.output}", file=out)
                 continue
@@ -326,12 +343,15 @@ def _cmd_sweep(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     def progress(res: ExecutionResult) -> None:
         bar.update(1)
+        if res.retried:
+            bar.write(f"warning: {res.output.name if res.output else _fmt_params(res.parameters)}: {res.retried}; "
+                      "re-executed with a fresh kernel", file=err)
         if res.status == "failed":
             bar.write(f"FAILED {res.output.name if res.output else _fmt_params(res.parameters)}: {res.error_summary()}", file=err)
 
     try:
         results = run_sweep(path, items, jobs=args.jobs, force=args.force, kernel_name=args.kernel, cwd=cwd,
-                                progress=progress)
+                            progress=progress, stall_timeout=args.stall_timeout or None)
     finally:
         bar.close()
 

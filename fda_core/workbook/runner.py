@@ -1,9 +1,15 @@
-"""Execute one notebook with papermill, writing the executed copy atomically (the ``fda run`` engine)."""
+"""Execute one notebook with papermill, writing the executed copy atomically (the ``fda run`` engine).
+
+Executions use the papermill engine ``fda`` (:mod:`.watchdog`): a stalled cell (no reply, kernel idle or
+silent for ``stall_timeout`` seconds) never hangs the run; the notebook is re-executed once with a fresh
+kernel, and a second stall fails naming the cell.
+"""
 
 from __future__ import annotations
 
 import os
 import re
+import sys
 import tempfile
 import time
 from collections.abc import Mapping
@@ -12,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from .discovery import repo_root
+from .watchdog import DEFAULT_STALL_TIMEOUT, ENGINE_NAME, KernelStallError
 
-__all__ = ["DEFAULT_KERNEL", "ExecutionResult", "failed_path", "execute"]
+__all__ = ["DEFAULT_KERNEL", "DEFAULT_STALL_TIMEOUT", "ExecutionResult", "failed_path", "execute"]
 
 #: Default kernel: ``python3`` resolves to the running interpreter's ipykernel.
 DEFAULT_KERNEL = "python3"
@@ -31,7 +38,9 @@ class ExecutionResult:
     ``*.failed.ipynb`` copy on failure, when one was written). For failures, ``ename``/``evalue`` are
     the exception name and value, ``cell_index`` the index of the failing cell in the executed copy
     (which has an extra ``injected-parameters`` cell when parameters were given), ``exec_count`` its
-    ``In [n]`` number, ``source`` its code and ``traceback`` the kernel's traceback lines.
+    ``In [n]`` number, ``source`` its code and ``traceback`` the kernel's traceback lines. ``stalled``
+    is True when the failure is a stalled cell (twice: the run and its one retry); ``retried`` describes
+    the stall that made a run (successful or not) start over with a fresh kernel.
     """
 
     notebook: Path
@@ -45,6 +54,8 @@ class ExecutionResult:
     source: str | None = None
     traceback: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    stalled: bool = False
+    retried: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -88,6 +99,14 @@ def _escape_braces(path: Path) -> str:
     return str(path).replace("{", "{{").replace("}", "}}")
 
 
+def _stall_message(exc: KernelStallError) -> str:
+    what = f"`{exc.first_line}`" if exc.first_line else ("the kernel_info request" if exc.cell_index is None else "the cell")
+    limit = f"{exc.stall_timeout:g} s" if exc.stall_timeout else "the stall limit"
+    return (f"{what} stalled twice (the run and one retry with a fresh kernel): {exc.reason}; stall limit {limit}. "
+            "If the kernel really stays idle that long without answering, raise the limit with --stall-timeout "
+            "SECONDS (fda run / fda sweep) or stall_timeout= (execute, run_sweep); 0 turns the watchdog off.")
+
+
 def execute(
     notebook: str | os.PathLike,
     output: str | os.PathLike,
@@ -98,6 +117,7 @@ def execute(
     progress_bar: bool = True,
     start_timeout: int = 60,
     execution_timeout: int | None = None,
+    stall_timeout: float | None = DEFAULT_STALL_TIMEOUT,
 ) -> ExecutionResult:
     """Execute ``notebook`` with papermill and write the executed copy to ``output`` atomically.
 
@@ -109,6 +129,12 @@ def execute(
     (:func:`validate_parameters`). ``cwd`` is the kernel's working directory (default: the repository
     root). Unlike papermill's own ``cwd=`` (a process-wide ``os.chdir``), the directory is handed to
     the kernel launch, so several executions may run in threads at once.
+
+    ``stall_timeout`` (seconds; None or 0: off) bounds a stalled cell — no ``execute_reply`` while the
+    kernel has been idle, or silent since the request, for that long (:mod:`.watchdog`). A long silent
+    computation is not a stall. After a stall the kernel is shut down and the notebook re-executed once
+    with a fresh kernel; a second stall gives a failed result (``stalled=True``) naming the cell.
+    ``execution_timeout`` (seconds per cell, default none) is papermill's hard limit on any cell.
     """
     import papermill
     from papermill.exceptions import PapermillExecutionError
@@ -124,24 +150,39 @@ def execute(
     result = ExecutionResult(notebook=src, output=None, parameters=params)
     start = time.perf_counter()
     try:
-        papermill.execute_notebook(
-            _escape_braces(src),
-            _escape_braces(tmp),
-            parameters=params or None,
-            kernel_name=kernel_name,
-            progress_bar=progress_bar,
-            start_timeout=start_timeout,
-            execution_timeout=execution_timeout,
-            resources={"metadata": {"path": str(work_dir)}},
-        )
-    except PapermillExecutionError as exc:
-        result.status = "failed"
-        result.ename, result.evalue = exc.ename, exc.evalue
-        result.cell_index, result.exec_count, result.source = exc.cell_index, exc.exec_count, exc.source
-        result.traceback = list(exc.traceback or [])
-    except Exception as exc:  # kernel died, timed out, missing kernel, unreadable notebook...
-        result.status = "failed"
-        result.ename, result.evalue = type(exc).__name__, str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        for attempt in (1, 2):
+            try:
+                papermill.execute_notebook(
+                    _escape_braces(src),
+                    _escape_braces(tmp),
+                    parameters=params or None,
+                    engine_name=ENGINE_NAME,
+                    kernel_name=kernel_name,
+                    progress_bar=progress_bar,
+                    start_timeout=start_timeout,
+                    execution_timeout=execution_timeout,
+                    stall_timeout=stall_timeout,
+                    resources={"metadata": {"path": str(work_dir)}},
+                )
+            except KernelStallError as exc:
+                if attempt == 1:
+                    result.retried = exc.describe()
+                    print(f"fda: {src.stem}: {exc.describe()}; re-executing the notebook once with a fresh kernel",
+                          file=sys.stderr)
+                    continue
+                result.status, result.stalled = "failed", True
+                result.ename, result.evalue = "KernelStallError", _stall_message(exc)
+                result.cell_index, result.exec_count, result.source = exc.cell_index, exc.exec_count, exc.source
+            except PapermillExecutionError as exc:
+                result.status = "failed"
+                result.ename, result.evalue = exc.ename, exc.evalue
+                result.cell_index, result.exec_count, result.source = exc.cell_index, exc.exec_count, exc.source
+                result.traceback = list(exc.traceback or [])
+            except Exception as exc:  # kernel died, timed out, missing kernel, unreadable notebook...
+                result.status = "failed"
+                result.ename = type(exc).__name__
+                result.evalue = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            break
     except BaseException:  # KeyboardInterrupt: leave nothing half-written behind
         tmp.unlink(missing_ok=True)
         raise

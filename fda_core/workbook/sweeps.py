@@ -16,7 +16,7 @@ from typing import Any
 
 from .discovery import NotebookError, ParameterError, read_yaml
 from .parameters import _short, notebook_parameters, validate_parameters
-from .runner import DEFAULT_KERNEL, ExecutionResult, execute
+from .runner import DEFAULT_KERNEL, DEFAULT_STALL_TIMEOUT, ExecutionResult, execute
 
 __all__ = ["load_parameter_sets", "sweep_output_name", "SweepItem", "plan_sweep", "run_sweep"]
 
@@ -171,10 +171,12 @@ def run_sweep(
     cwd: str | os.PathLike | None = None,
     progress: Callable[[ExecutionResult], None] | None = None,
     progress_bar: bool = False,
+    stall_timeout: float | None = DEFAULT_STALL_TIMEOUT,
 ) -> list[ExecutionResult]:
     """Execute the planned sweep (see :func:`plan_sweep`), ``jobs`` at a time (threads: each execution
     starts its own kernel). Items whose executed copy exists are skipped unless ``force``. ``progress``
-    is called with each result as it completes (skipped ones first). Returns results in plan order."""
+    is called with each result as it completes (skipped ones first). Returns results in plan order.
+    ``stall_timeout``: see :func:`.runner.execute` (a stalled set is retried once, then fails)."""
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     results: dict[int, ExecutionResult] = {}
@@ -189,7 +191,8 @@ def run_sweep(
 
     def one(i: int) -> ExecutionResult:
         item = items[i]
-        return execute(notebook, item.output, item.parameters, kernel_name=kernel_name, cwd=cwd, progress_bar=progress_bar)
+        return execute(notebook, item.output, item.parameters, kernel_name=kernel_name, cwd=cwd, progress_bar=progress_bar,
+                       stall_timeout=stall_timeout)
 
     if jobs == 1:
         for i in todo:
