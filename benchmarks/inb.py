@@ -11,7 +11,7 @@ process, on the same latents and the same Haar draws:
     computation, projections and gradients in float32 (Θ and the Stiefel step in float64), trial
     projections rebuilt from X·G (one pass over the data per iteration instead of one per Armijo trial),
     sorting through numpy on the CPU, the communication log on;
-(b) ``reference``: a straightforward implementation of the same algorithm (spec ``inb.md``): a Python
+(b) ``reference``: a straightforward implementation of the same algorithm (``docs/translation.md``): a Python
     loop over classes and clients, float64 everywhere, each trial projected directly (X_m Θ(τ)), the
     gradient by autograd through ``torch.sort`` with the barycenter detached (paper Remark 1), VW edges
     and the 1-D maps per class.
@@ -75,7 +75,7 @@ def _ref_objective(xs: list[torch.Tensor], theta: torch.Tensor, n_bins: int | No
 
 def _ref_max_k_sw(xs, theta, max_iter, n_bins, tol=1e-6, init_step=0.1, shrink=0.5, grow=1.5, c=0.5,
                   max_backtracks=40):
-    """Multi-max-K-SW for one class (spec inb.md § 1): autograd gradient, Cayley step, Armijo, float64."""
+    """Multi-max-K-SW for one class (docs/translation.md § One INB layer): autograd gradient, Cayley step, Armijo, float64."""
     k = theta.shape[1]
     theta = theta.clone().requires_grad_(True)
     f = _ref_objective(xs, theta, n_bins)

@@ -3,7 +3,7 @@
 A target client holds a few labelled samples and receives gradients (or model updates) from N source
 clients. Each rule combines them into one update direction ĝ; the update is θ ← θ − μ·ĝ.
 
-Convention (spec ``theory.md`` § Rules): **β weights the SOURCE part**; β = 0 returns the target
+Convention (``docs/theory.md`` § Conventions): **β weights the SOURCE part**; β = 0 returns the target
 gradient, β = 1 relies on the sources only.
 
 Accepted forms of ``source_grads`` (and the matching ``target_grad``):
@@ -15,7 +15,7 @@ Accepted forms of ``source_grads`` (and the matching ``target_grad``):
   the target's shape;
 * a sequence of N parameter dicts (name → tensor) with ``target_grad`` a dict with the same keys and
   shapes: per-tensor (layer-wise) aggregation, the result is a dict. FedGP then projects each tensor
-  separately (spec § Rules, "Layer-wise application").
+  separately (``docs/theory.md`` § Layer-wise application).
 
 ``beta``: a float, or one float per source (shape ``(N,)``, or ``(*batch, N)`` for batched input).
 ``weights``: per-source weights w_i ≥ 0 (default uniform), normalised to sum to 1.
@@ -283,7 +283,7 @@ def _finish(blocks: _Blocks, outs: list[Tensor], checks: Tensor | None = None) -
 
 # ---------------------------------------------------------------------------------------------
 # Core arithmetic on blocks. For one block with sources S (*batch, N, m) and target t (*batch, m):
-#   ĝ = (1 − Σ_i w_i β_i) t + Σ_i c_i s_i                       (spec theory.md § Rules)
+#   ĝ = (1 − Σ_i w_i β_i) t + Σ_i c_i s_i                       (docs/theory.md § Rules)
 # where the per-source coefficient c_i depends on the rule. Each rule computes c (*batch, N) per block,
 # then one fused multiply-add per block forms ĝ, so the sources are read a small constant number of
 # times and never copied (dict input) — see benchmarks/aggregation.py.
@@ -390,7 +390,7 @@ def _aggregate(blocks: _Blocks, target_coef: Tensor, coefs: list[Tensor], checks
 # Public rules
 # ---------------------------------------------------------------------------------------------
 def target_only(target_grad: TargetGrad) -> TargetGrad:
-    """Target only: ĝ = g_T (spec theory.md § Rules; Δ² = σ²).
+    """Target only: ĝ = g_T (docs/theory.md § Rules; Δ² = σ²).
 
     Returns ``target_grad`` unchanged after checking it is finite (a tensor of any shape or a dict).
     """
@@ -407,7 +407,7 @@ def target_only(target_grad: TargetGrad) -> TargetGrad:
 
 def source_only(source_grads: SourceGrads, weights: BetaLike | None = None, *,
                 out: Tensor | GradDict | None = None) -> TargetGrad:
-    """Source only (FedAvg of the sources): ĝ = Σ_i w_i g_i (spec theory.md § Rules; Δ² = d²).
+    """Source only (FedAvg of the sources): ĝ = Σ_i w_i g_i (docs/theory.md § Rules; Δ² = d²).
 
     Args:
         source_grads: (N, m) tensor, N tensors of one shape, or N parameter dicts.
@@ -425,7 +425,7 @@ def source_only(source_grads: SourceGrads, weights: BetaLike | None = None, *,
 
 def fedda(source_grads: SourceGrads, target_grad: TargetGrad, beta: BetaLike, weights: BetaLike | None = None, *,
           out: Tensor | GradDict | None = None) -> TargetGrad:
-    """FedDA: ĝ = Σ_i w_i [(1 − β_i) g_T + β_i g_i] (spec theory.md § Rules; FedGP paper Eq. for FedDA).
+    """FedDA: ĝ = Σ_i w_i [(1 − β_i) g_T + β_i g_i] (docs/theory.md § Rules; FedGP paper Eq. for FedDA).
 
     With one β this is (1 − β) g_T + β Σ_i w_i g_i. β weights the SOURCE part: β = 0 → g_T,
     β = 1 → the weighted source mean.
@@ -451,7 +451,7 @@ def _projection_coefs(blocks: _Blocks, wb: Tensor, mode: str, scale: Tensor | No
     ``filter_negative=False`` keeps negative projections (the "FedGP w/o filter" ablation, FedGP paper Table 4)."""
     dots, norms2, tnorm = _reductions(blocks, with_target_norm=mode != "exact")
     if mode == "exact":
-        # Proj₊(g_T | g_i) = max(⟨g_T, g_i⟩, 0) g_i / ‖g_i‖²; a zero source contributes 0 (spec § Rules).
+        # Proj₊(g_T | g_i) = max(⟨g_T, g_i⟩, 0) g_i / ‖g_i‖²; a zero source contributes 0 (docs/theory.md § Rules).
         denom = norms2
     else:
         # Papers' implementation (FedGP paper App. B.2, Eq. B.2; healthcare paper Eq. 4-6): per-layer
@@ -475,7 +475,7 @@ def fedgp(
     """FedGP (gradient projection): ĝ = Σ_i w_i [(1 − β_i) g_T + β_i Proj₊(g_T | g_i)].
 
     Proj₊(g_T | g_i) = max(⟨g_T, g_i⟩, 0) g_i / ‖g_i‖² is the exact positive projection of the target
-    gradient on the source direction (spec theory.md § Rules; FedGP paper Eq. in § 4 and App. A.3).
+    gradient on the source direction (docs/theory.md § Rules; FedGP paper Eq. in § 4 and App. A.3).
     A zero source vector contributes nothing (its projection is defined as 0, no NaN). For dict input
     the projection is applied per tensor (layer-wise), the flat form is what the theory analyses.
     β weights the SOURCE (projected) part: β = 0 → g_T.
@@ -582,7 +582,7 @@ def fedgp_cosine(
 
 
 # ---------------------------------------------------------------------------------------------
-# Auto-weighted rules (auto-weighted FDA paper § 4.2; spec theory.md § Optimal weights)
+# Auto-weighted rules (auto-weighted FDA paper § 4.2; docs/theory.md § Optimal weights)
 # ---------------------------------------------------------------------------------------------
 def _flatten_form(x: Tensor | GradDict, keys: list[str] | None) -> Tensor:
     if isinstance(x, Mapping):
@@ -650,7 +650,7 @@ def fedda_auto(
     fallback: float = 0.5,
     out: Tensor | GradDict | None = None,
 ):
-    """Auto-weighted FedDA: FedDA with β_i = σ̂² / (σ̂² + d̂_i²) per source (spec § Optimal weights).
+    """Auto-weighted FedDA: FedDA with β_i = σ̂² / (σ̂² + d̂_i²) per source (docs/theory.md § Optimal weights).
 
     ``target_part_grads``: gradients on B ≥ 2 disjoint equal parts of the target data, a (B, m) tensor
     (or B tensors / B dicts matching the sources' form). The target gradient is their mean. The
@@ -669,7 +669,7 @@ def fedgp_auto(
     fallback: float = 0.5,
     out: Tensor | GradDict | None = None,
 ):
-    """Auto-weighted FedGP: FedGP with β_i = σ̂² / (σ̂² + (τ²d²)^_i) per source (spec § Optimal weights).
+    """Auto-weighted FedGP: FedGP with β_i = σ̂² / (σ̂² + (τ²d²)^_i) per source (docs/theory.md § Optimal weights).
 
     Same arguments as :func:`fedda_auto`.
     """

@@ -1,13 +1,13 @@
 """One-dimensional Wasserstein barycenters: VW histograms and strictly monotone barycenter maps.
 
-Two pieces (spec ``inb.md``; paper Sec. 2.3–2.4, Def. 1, eq. 3, Alg. 2):
+Two pieces (``docs/translation.md`` § One INB layer and § VW histograms; paper Sec. 2.3–2.4, Def. 1, eq. 3, Alg. 2):
 
 * **VW histograms** (variable bin width, paper Def. 1): V bins of mass 1/V whose V+1 edges are the
   quantiles F̂⁻¹(j/V) of a client's projected data. The barycenter of VW histograms is the average of
   the edges (the quantile functions average, paper Sec. 2.4); pseudo-samples of the barycenter are its
   inverse CDF at n uniform levels (paper eq. 3). With V = n the edges are the sorted samples themselves
   and everything reduces to plain Fed-multi-max-K-SW (paper App. C.2) — bit for bit here.
-* **Barycenter maps** (paper Alg. 2; spec ``inb.md`` § 1, step 2): each client m models the CDF of its
+* **Barycenter maps** (paper Alg. 2; ``docs/translation.md`` § One INB layer, step 2): each client m models the CDF of its
   projections as F_m(z) = H_m(Φ((z − μ_m)/σ_m)), a Gaussian fitted to its mean and std (tails) followed
   by a histogram H_m on (0, 1) with B bins and a tiny pseudo-count added to every bin (strictly
   increasing), as the reference code of INB does (ddl ``IndependentDestructor`` + ``HistogramUnivariateDensity``,
@@ -174,7 +174,7 @@ class ClientCDF:
 def fit_client_cdf(z: Tensor, n_bins: int | None = None, alpha: float = 1e-6) -> ClientCDF:
     """Fit client CDFs to samples z (..., n) (float64): Gaussian (mean, std) then a B-bin histogram of
     Φ((z − μ)/σ) on (0, 1) with ``alpha`` pseudo-counts per bin (reference code: ddl histogram, alpha
-    pseudo-counts; spec ``inb.md`` § 1 step 2). ``n_bins`` defaults to round(√n)."""
+    pseudo-counts; ``docs/translation.md`` § One INB layer, step 2). ``n_bins`` defaults to round(√n)."""
     n = z.shape[-1]
     b = default_bins(n) if n_bins is None else n_bins
     if not isinstance(b, int) or b < 2:

@@ -1,6 +1,6 @@
 """Unbiased estimators of the target variance and the source–target distances, and auto-β.
 
-All from the target client's data alone (spec ``theory.md`` § Unbiased estimators; auto-weighted FDA
+All from the target client's data alone (``docs/theory.md`` § Unbiased estimators; auto-weighted FDA
 paper § 4.2). Split the n target points into B ≥ 2 disjoint equal parts, let g_j be the gradient on part
 j and ḡ = (1/B) Σ_j g_j (= the gradient on the whole target set). For a source gradient g_S with
 u = g_S/‖g_S‖ and P⊥ = I − u uᵀ:
@@ -67,7 +67,7 @@ def _check_inputs(part_grads: Tensor, source_grads: Tensor) -> tuple[Tensor, Ten
 
 
 def estimate_deltas(part_grads: Tensor, source_grads: Tensor) -> dict[str, Tensor]:
-    """Raw unbiased estimates of σ², d² and τ²d² (spec theory.md § Unbiased estimators).
+    """Raw unbiased estimates of σ², d² and τ²d² (docs/theory.md § Unbiased estimators).
 
     Args:
         part_grads: (B, m) gradients on B ≥ 2 disjoint equal parts of the target data; leading batch
@@ -110,7 +110,7 @@ def auto_beta(
     m: float = float("inf"),
     fallback: float = 0.5,
 ) -> Tensor:
-    """β per source from the estimates (auto-weighted FDA paper § 4.2; spec § Optimal weights).
+    """β per source from the estimates (auto-weighted FDA paper § 4.2; docs/theory.md § Optimal weights).
 
     * FedDA: β_i = σ̂² / (σ̂² + d̂_i²)
     * FedGP: β_i = σ̂²(1 − 1/m) / (σ̂²(1 − 1/m) + (τ²d²)^_i); the default m = inf drops the 1/m term

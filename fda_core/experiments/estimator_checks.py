@@ -1,6 +1,6 @@
 """Monte-Carlo checks of the unbiased estimators σ̂², d̂², (τ²d²)^ and of the auto-β built on them.
 
-The estimators (spec ``theory.md`` § Unbiased estimators; auto-weighted FDA paper § 4.2) are
+The estimators (``docs/theory.md`` § Unbiased estimators; auto-weighted FDA paper § 4.2) are
 implemented in :mod:`fda_core.core.estimators`; this module measures them in models whose population
 gradients are known (:class:`fda_core.core.known_gradients.KnownGradientModel`: Gaussian per-sample gradients, or a
 pool of real per-sample gradients). Everything returns a tidy :class:`pandas.DataFrame`; notebook
@@ -10,9 +10,9 @@ pool of real per-sample gradients). Everything returns a tidy :class:`pandas.Dat
   of the target set, for a grid of part counts B and target-set sizes n, against the exact truth; plus
   the mean of the estimate clamped at 0 (what the β formulas use).
 * :func:`estimator_check_over_pi` — the same at several parameter points θ ∼ π and for the average
-  over π (spec: "averaging these over θ ∼ π keeps them unbiased").
+  over π (``docs/theory.md`` § Averaging over θ ∼ π: the average stays unbiased).
 * :func:`auto_beta_check` — the estimated auto β (FedDA or FedGP) against the optimal β from the true
-  quantities (spec § Optimal weights).
+  quantities (``docs/theory.md`` § Optimal weights).
 * :func:`simultaneous_intervals` — (re)compute Bonferroni-corrected confidence intervals over all rows
   of a table (e.g. after concatenating several checks).
 * :class:`AnisotropicGaussianModel` / :func:`anisotropic_gaussian_model` — a Gaussian model with a
@@ -383,7 +383,7 @@ def estimator_check(
     ``skip_invalid=True``), ``n_draws`` fresh target sets of n points are drawn from ``model`` with the
     cell's own seed ``cell_seed = derive_seed(seed, 1, B, n)``, split into B parts
     (``model.with_n_target(n).draw_parts``), and σ̂², d̂², (τ²d²)^ computed by
-    :func:`fda_core.core.estimators.estimate_deltas` (formulas: spec ``theory.md`` § Unbiased estimators).
+    :func:`fda_core.core.estimators.estimate_deltas` (formulas: ``docs/theory.md`` § Unbiased estimators).
     Truths: ``model.with_n_target(n).sigma2`` (σ² of an n-point set), ``model.d2``, ``model.tau2d2``.
 
     Returns a long DataFrame, one row per (quantity, source, B, n) — quantity ∈ {sigma2, d2, tau2d2};
@@ -428,8 +428,8 @@ def estimator_check_over_pi(
     ``derive_seed(seed, 2, B, n, k)``. The "average over π" row averages the per-θ estimates draw by
     draw (draw i of the average = mean over k of draw i at θ_k: the estimate of ‖·‖²_π for π uniform
     on the points, from one target set per point), so it has ``n_draws`` draws too; its truth is the
-    mean of the per-θ truths. By linearity of expectation it stays unbiased (spec theory.md
-    § Unbiased estimators: "Averaging these over θ ∼ π keeps them unbiased").
+    mean of the per-θ truths. By linearity of expectation it stays unbiased (docs/theory.md
+    § Averaging over θ ∼ π).
 
     ``B`` and ``n`` may be single values or lists (a grid, as in :func:`estimator_check`). Returns the
     columns of :func:`estimator_check` preceded by ``theta`` (k, NA for the average) and ``point``
@@ -483,7 +483,7 @@ def auto_beta_check(
     (raw estimates clamped at 0, then FedDA β̂ = σ̂²/(σ̂² + d̂²), FedGP β̂ = σ̂²(1−1/m)/(σ̂²(1−1/m) + (τ²d²)^);
     0/0 → 0.5). Optimal: :func:`fda_core.core.theory.optimal_beta_fedda` (σ²/(σ² + d²)) or
     :func:`fda_core.core.theory.optimal_beta_fedgp` (σ²(1−1/m)/(σ²(1−1/m) + τ²d²)) with the exact σ² of an
-    n-point set, d_i² and τ_i²d_i² (spec theory.md § Optimal weights). ``m`` (default inf, the papers'
+    n-point set, d_i² and τ_i²d_i² (docs/theory.md § Optimal weights). ``m`` (default inf, the papers'
     choice) is used for both. Each (rule, B) cell draws with seed ``derive_seed(seed, 3, B, n)`` (both
     rules see the same draws). ``rule`` may be one rule or a list.
 

@@ -23,7 +23,7 @@ Baselines: Source only (FedAvg), Target only (β = 0 after the shared warm-up), 
 then fine-tuning on the labelled target), Oracle (supervised training on the whole labelled target train
 split), FedGP_1 (FedGP with β = 1). Warm-up: the first ``warmup_rounds`` rounds are FedAvg for every
 federated method, then both learning rates are multiplied by ``lr_decay`` (reference code of the
-auto-weighted paper, spec experiments.md A.4: 2 warm-up rounds, × 0.1).
+auto-weighted paper, ``docs/experiments.md`` § Warm-up and learning rates: 2 warm-up rounds, × 0.1).
 """
 
 from __future__ import annotations

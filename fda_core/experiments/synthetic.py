@@ -1,5 +1,5 @@
 """The synthetic 9×9 phase-diagram experiment: RBF data, the 50–100–10 network, a batched trainer and
-the metrics at the initialisation (spec ``experiments.md`` § A.1; FedGP paper § 5 and App. B;
+the metrics at the initialisation (``docs/experiments.md`` § Synthetic phase diagram; FedGP paper § 5 and App. B;
 auto-weighted FDA paper § 5 and App. B).
 
 Data (:func:`make_phase_diagram_data`)

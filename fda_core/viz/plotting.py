@@ -1,6 +1,6 @@
 """One plotting style and one way to save a figure: PNG + PDF + the CSV of exactly the numbers plotted.
 
-Spec ``architecture.md`` § Conventions: ``figures/<notebook stem>/<name>.{png,pdf,csv}``.
+``docs/architecture.md`` § Conventions: ``figures/<notebook stem>/<name>.{png,pdf,csv}``.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Federated domain translation with Fed INB (paper: Efficient Federated Domain Translation, ICLR 2023;
-spec ``inb.md``).
+``docs/translation.md``).
 
 Modules: ``stiefel`` (Haar init, Cayley step, Armijo backtracking), ``barycenter`` (VW histograms, client
 CDFs, barycenter quantile maps), ``inb`` (the federated max-K-SW objective, INB layers, :class:`FedINB`),

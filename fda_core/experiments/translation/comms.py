@@ -1,5 +1,5 @@
 """Communication accounting of Fed INB: every tensor that crosses the client/server boundary goes through
-:class:`CommunicationLog`, which counts its parameters per client where it is sent (spec ``inb.md``
+:class:`CommunicationLog`, which counts its parameters per client where it is sent (``docs/translation.md``
 § Communication accounting; paper Sec. 2.6 and App. C.3–C.4).
 
 Protocol counted (per class problem, per layer, per client; Q = n sorted projections, or V + 1 VW
@@ -108,7 +108,7 @@ def expected_parameters(d: int, k: int, n: int, n_iter: int, n_trials: int, n_bi
                         bary_bins: int, bary_grid: int) -> ExpectedParameters:
     """Parameters one client sends (up) and receives (down) for one layer of one class problem.
 
-    Module docstring formula (spec ``inb.md`` § Communication accounting): Q = n (plain) or V + 1 (VW),
+    Module docstring formula (``docs/translation.md`` § Communication accounting): Q = n (plain) or V + 1 (VW),
     E = 1 + n_trials evaluations, n_iter gradients.
     """
     q = n if n_bins is None else n_bins + 1

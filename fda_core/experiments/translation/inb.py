@@ -1,20 +1,21 @@
-"""Fed INB: federated Iterative Naive Barycenter translators (paper Alg. 1–3; spec ``inb.md``).
+"""Fed INB: federated Iterative Naive Barycenter translators (paper Alg. 1–3; ``docs/translation.md``).
 
 * :class:`FedMaxKSW` — the multi-max-K-SW objective in its federated form (paper Alg. 1, eq. 2–3,
   Remark 1): clients send sorted projections (or VW-histogram quantiles), the server averages them into
   the barycenter y and sends it back, each client returns the gradient of its own term with y held
   constant, the server sums them. Batched over class problems; drives
   :func:`~fda_core.core.stiefel.armijo_cayley_maximize`.
-* :class:`INBLayer` — T_m(x) = x + Θ(t_m(Θᵀx) − Θᵀx) with t_m = F_bary⁻¹ ∘ F_m per direction (spec § 1,
-  step 3) and its exact inverse (t_m replaced by t_m⁻¹; the orthogonal complement of Θ is untouched).
+* :class:`INBLayer` — T_m(x) = x + Θ(t_m(Θᵀx) − Θᵀx) with t_m = F_bary⁻¹ ∘ F_m per direction
+  (``docs/translation.md`` § One INB layer, step 3) and its exact inverse (t_m replaced by t_m⁻¹; the
+  orthogonal complement of Θ is untouched).
 * :class:`FedINB` — L layers, class-conditional, any client domain to any other
   (x′ = T_{m′}⁻¹(T_m(x))), variants INB / AEINB / IndAEINB, with or without VW histograms, and the
   :class:`~fda_core.experiments.translation.comms.CommunicationLog` of everything transmitted.
 
 Precision policy: the direction search (the expensive part: J·(1 + backtracking) evaluations per layer)
 runs its projections and gradients in ``search_dtype`` (float32 by default) with Θ and the Stiefel step in
-float64 (spec § 1); the layer maps and the data they move are float64, so T⁻¹(T(x)) = x to ~1e-10
-even where a histogram bin is nearly empty.
+float64 (``docs/translation.md`` § One INB layer); the layer maps and the data they move are float64,
+so T⁻¹(T(x)) = x to ~1e-10 even where a histogram bin is nearly empty.
 """
 
 from __future__ import annotations
@@ -171,7 +172,7 @@ def federated_gradient(x: Tensor, theta: Tensor, n_bins: int | None = None) -> T
 
 @dataclass
 class INBLayer:
-    """One INB layer for G class problems and M clients (spec ``inb.md`` § 1, step 3).
+    """One INB layer for G class problems and M clients (``docs/translation.md`` § One INB layer, step 3).
 
     theta: (G, d, K) float64; cdf: client CDFs with leading dims (G, M, K); bary: barycenter quantile
     functions with leading dims (G, K). Client m's map along direction k is t = bary ∘ cdf_m.
@@ -221,7 +222,7 @@ def _check_finite(t: Tensor, name: str) -> None:
 
 
 class FedINB:
-    """Federated Iterative Naive Barycenter translator (paper Alg. 3; spec ``inb.md``).
+    """Federated Iterative Naive Barycenter translator (paper Alg. 3; ``docs/translation.md``).
 
     Parameters
     ----------
@@ -232,7 +233,7 @@ class FedINB:
     (AEINB) or a list of M of them (IndAEINB); None trains them in :meth:`fit` (``ae_epochs``).
     bary_bins: client-histogram bins B (default round(√n)); bary_grid: barycenter grid points B₂ (100);
     alpha: pseudo-count per histogram bin; tol, init_step, shrink, grow, armijo_c, max_backtracks:
-    the Stiefel/Armijo settings of spec § 1; seed: Haar draws (and AE training); device: "auto" → CUDA
+    the Stiefel/Armijo settings of ``docs/translation.md`` § One INB layer; seed: Haar draws (and AE training); device: "auto" → CUDA
     when available; search_dtype: float32 (float64 possible).
 
     After :meth:`fit`: ``communication`` (a :class:`CommunicationLog`), ``history`` (one dict per layer
@@ -482,7 +483,7 @@ class FedINB:
 
     def translate(self, x: Tensor, source: int, target: int, labels: Tensor | None = None,
                   layers: int | None = None) -> Tensor:
-        """x′ = T_target⁻¹(T_source(x)) (spec ``inb.md`` § 1, step 3), class-conditional, (N, D)."""
+        """x′ = T_target⁻¹(T_source(x)) (``docs/translation.md`` § One INB layer, step 3), class-conditional, (N, D)."""
         return self.inverse_transform(self.transform(x, source, labels, layers), target, labels, layers)
 
     # -- batched evaluation ----------------------------------------------------------------------------
