@@ -15,7 +15,11 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["atomic_write", "atomic_write_text", "atomic_write_json", "write_table", "run_metadata", "project_root",
-           "resolve_output"]
+           "resolve_output", "output_destination", "output_dir", "STAGING_ENV"]
+
+#: Environment variable through which ``fda run`` / ``fda sweep`` hand :func:`output_dir` a staging folder:
+#: a JSON mapping ``{destination folder: staging folder}``, set only in the kernel's environment.
+STAGING_ENV = "FDA_STAGED_OUTPUTS"
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[str], Any]) -> Path:
@@ -97,3 +101,52 @@ def resolve_output(path: str | os.PathLike) -> Path:
     """
     p = Path(path)
     return p if p.is_absolute() else project_root() / p
+
+
+def output_destination(path: str | os.PathLike, quick: bool = False, *, root: str | os.PathLike | None = None) -> Path:
+    """Where a notebook's outputs belong: :func:`resolve_output` (relative paths under ``root``, default
+    :func:`project_root`), except that a ``quick`` run whose folder lies under ``<root>/figures/`` goes to
+    ``<root>/executed/quick/<the same relative path>`` (``executed/`` is git-ignored), so quick runs never
+    overwrite the committed figures. Pure: prints nothing, creates nothing."""
+    base = Path(root).resolve() if root is not None else project_root()
+    p = Path(path)
+    p = p if p.is_absolute() else base / p
+    if not quick:
+        return p
+    try:
+        rel = p.resolve().relative_to((base / "figures").resolve())
+    except ValueError:
+        return p
+    return base / "executed" / "quick" / rel
+
+
+def output_dir(path: str | os.PathLike, quick: bool = False) -> Path:
+    """The folder a notebook writes its figures to; use it in the derived-values cell::
+
+        out_dir = output_dir(figures_dir, quick)
+
+    As :func:`output_destination`: relative paths under the repository root; a quick run aimed at the
+    committed ``figures/...`` is redirected to ``executed/quick/...`` (and says so). Under ``fda run`` /
+    ``fda sweep`` the files go to a staging folder first (named in :data:`STAGING_ENV`; the run prints
+    it) and are moved into the destination only when the whole notebook has succeeded.
+    """
+    dest = output_destination(path, quick)
+    staged = _staging_folder(dest)
+    if staged is not None:
+        print(f"writing outputs to the staging folder {staged}; fda moves them to {dest} when the whole notebook succeeds")
+        return staged
+    if quick and dest != output_destination(path, False):
+        print(f"quick run: writing outputs to {dest} (not to the committed {output_destination(path, False)})")
+    return dest
+
+
+def _staging_folder(dest: Path) -> Path | None:
+    raw = os.environ.get(STAGING_ENV)
+    if not raw:
+        return None
+    try:
+        mapping = json.loads(raw)
+    except ValueError:
+        return None
+    staged = mapping.get(str(dest.resolve())) if isinstance(mapping, dict) else None
+    return Path(staged) if isinstance(staged, str) and staged else None

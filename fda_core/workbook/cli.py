@@ -26,6 +26,7 @@ from .discovery import (NotebookError, ParameterError, default_output_dir, find_
                         notebooks_dir, read_yaml, repo_root, resolve_notebook, resolve_notebooks)
 from .parameters import notebook_parameters, validate_parameters
 from .runner import DEFAULT_KERNEL, DEFAULT_STALL_TIMEOUT, ExecutionResult, execute
+from .staging import plan_staging
 from .sweeps import load_parameter_sets, plan_sweep, run_sweep
 
 __all__ = ["main", "build_parser"]
@@ -260,7 +261,30 @@ def _failure_lines(res: ExecutionResult) -> list[str]:
         lines.append(f"    line {where[0]}: {where[1][:120]}")
     if res.output is not None:
         lines.append(f"    executed copy: {res.output}")
+    lines.extend(_outputs_lines(res))
     return lines
+
+
+def _outputs_lines(res: ExecutionResult) -> list[str]:
+    """What happened to a failed run's staged outputs."""
+    if res.figures_dir is None:
+        return []
+    if res.installed:
+        return [f"    {len(res.installed)} output file(s) were already moved to {res.figures_dir}"]
+    if res.failed_outputs is not None:
+        return [f"    partial outputs kept in {res.failed_outputs}; {res.figures_dir} was not changed"]
+    return [f"    {res.figures_dir} was not changed (the run wrote no outputs)"]
+
+
+def _outputs_note(res: ExecutionResult) -> str:
+    if res.figures_dir is None:
+        return ""
+    return f"; {len(res.installed)} output file(s) -> {res.figures_dir}"
+
+
+def _staging_note(path: Path, params: dict[str, Any], cwd: Path) -> str:
+    plan = plan_staging(path, params, cwd)
+    return f"; outputs staged, then moved to {plan.destination}" if plan is not None else ""
 
 
 def _fmt_params(params: dict[str, Any]) -> str:
@@ -285,7 +309,8 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     if args.dry_run:
         for path, params in zip(paths, plans):
-            print(f"would run {path.stem} -> {out_dir / path.name}  [{_fmt_params(params)}]", file=out)
+            print(f"would run {path.stem} -> {out_dir / path.name}  [{_fmt_params(params)}]{_staging_note(path, params, cwd)}",
+                  file=out)
         return 0
 
     from tqdm.auto import tqdm
@@ -301,7 +326,7 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             if res.retried:
                 bar.write(f"warning: {path.stem}: {res.retried}; the notebook was re-executed with a fresh kernel", file=err)
             if res.ok:
-                bar.write(f"ok {path.stem} ({res.seconds:.1f} s) -> {res.output}", file=out)
+                bar.write(f"ok {path.stem} ({res.seconds:.1f} s) -> {res.output}{_outputs_note(res)}", file=out)
                 continue
             status = 1
             bar.write("\n".join(_failure_lines(res)), file=err)
@@ -372,6 +397,8 @@ def _cmd_sweep(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 print(f"      line {where[0]}: {where[1][:120]}", file=err)
             if r.output is not None:
                 print(f"      executed copy: {r.output}", file=err)
+            for line in _outputs_lines(r):
+                print("  " + line, file=err)
     return 1 if failed else 0
 
 

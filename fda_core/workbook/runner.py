@@ -2,7 +2,8 @@
 
 Executions use the papermill engine ``fda`` (:mod:`.watchdog`): a stalled cell (no reply, kernel idle or
 silent for ``stall_timeout`` seconds) never hangs the run; the notebook is re-executed once with a fresh
-kernel, and a second stall fails naming the cell.
+kernel, and a second stall fails naming the cell. A notebook's ``figures_dir`` outputs are staged
+(:mod:`.staging`) and replace the real ones only when the whole notebook succeeded.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from .discovery import repo_root
+from .staging import Staging, failed_outputs_path, plan_staging
 from .watchdog import DEFAULT_STALL_TIMEOUT, ENGINE_NAME, KernelStallError
 
-__all__ = ["DEFAULT_KERNEL", "DEFAULT_STALL_TIMEOUT", "ExecutionResult", "failed_path", "execute"]
+__all__ = ["DEFAULT_KERNEL", "DEFAULT_STALL_TIMEOUT", "ExecutionResult", "failed_path", "failed_outputs_path", "execute"]
 
 #: Default kernel: ``python3`` resolves to the running interpreter's ipykernel.
 DEFAULT_KERNEL = "python3"
@@ -40,7 +42,9 @@ class ExecutionResult:
     (which has an extra ``injected-parameters`` cell when parameters were given), ``exec_count`` its
     ``In [n]`` number, ``source`` its code and ``traceback`` the kernel's traceback lines. ``stalled``
     is True when the failure is a stalled cell (twice: the run and its one retry); ``retried`` describes
-    the stall that made a run (successful or not) start over with a fresh kernel.
+    the stall that made a run (successful or not) start over with a fresh kernel. ``figures_dir`` is the
+    destination of the notebook's staged outputs (None when nothing was staged), ``installed`` the files
+    moved there on success, and ``failed_outputs`` the folder keeping a failed run's partial outputs.
     """
 
     notebook: Path
@@ -56,6 +60,9 @@ class ExecutionResult:
     seconds: float = 0.0
     stalled: bool = False
     retried: str | None = None
+    figures_dir: Path | None = None
+    installed: list[Path] = field(default_factory=list)
+    failed_outputs: Path | None = None
 
     @property
     def ok(self) -> bool:
@@ -118,6 +125,7 @@ def execute(
     start_timeout: int = 60,
     execution_timeout: int | None = None,
     stall_timeout: float | None = DEFAULT_STALL_TIMEOUT,
+    stage_outputs: bool = True,
 ) -> ExecutionResult:
     """Execute ``notebook`` with papermill and write the executed copy to ``output`` atomically.
 
@@ -135,6 +143,12 @@ def execute(
     computation is not a stall. After a stall the kernel is shut down and the notebook re-executed once
     with a fresh kernel; a second stall gives a failed result (``stalled=True``) naming the cell.
     ``execution_timeout`` (seconds per cell, default none) is papermill's hard limit on any cell.
+
+    ``stage_outputs``: when the notebook declares ``figures_dir``, its outputs go to a staging folder
+    next to ``output`` and are moved into the real folder (the given or default ``figures_dir``, resolved
+    as the notebook resolves it) file by file with ``os.replace`` only when the whole notebook succeeded;
+    after a failure the real folder is untouched and the partial outputs are kept in
+    :func:`failed_outputs_path` (see :mod:`.staging`).
     """
     import papermill
     from papermill.exceptions import PapermillExecutionError
@@ -148,20 +162,26 @@ def execute(
     tmp = Path(tmp_name)
     params = dict(parameters or {})
     result = ExecutionResult(notebook=src, output=None, parameters=params)
+    plan = plan_staging(src, params, work_dir) if stage_outputs else None
+    staging = Staging.create(plan, dst.parent, dst.stem) if plan is not None else None
+    result.figures_dir = plan.destination if plan is not None else None
     start = time.perf_counter()
     try:
         for attempt in (1, 2):
+            if staging is not None:
+                staging.reset()
             try:
                 papermill.execute_notebook(
                     _escape_braces(src),
                     _escape_braces(tmp),
-                    parameters=params or None,
+                    parameters=(staging.parameters(params) if staging is not None else params) or None,
                     engine_name=ENGINE_NAME,
                     kernel_name=kernel_name,
                     progress_bar=progress_bar,
                     start_timeout=start_timeout,
                     execution_timeout=execution_timeout,
                     stall_timeout=stall_timeout,
+                    kernel_env=staging.kernel_env() if staging is not None else None,
                     resources={"metadata": {"path": str(work_dir)}},
                 )
             except KernelStallError as exc:
@@ -185,15 +205,36 @@ def execute(
             break
     except BaseException:  # KeyboardInterrupt: leave nothing half-written behind
         tmp.unlink(missing_ok=True)
+        if staging is not None:
+            staging.discard()
         raise
     result.seconds = time.perf_counter() - start
+    if result.status == "done" and staging is not None:
+        try:
+            result.installed = staging.install()
+        except OSError as exc:
+            result.installed = list(staging.installed)
+            result.status, result.ename = "failed", type(exc).__name__
+            result.evalue = (f"the notebook ran, but moving its outputs into {staging.destination} failed: {exc} "
+                             f"({len(result.installed)} file(s) already moved)")
     if result.status == "done":
         os.replace(tmp, dst)
         failed_path(dst).unlink(missing_ok=True)
+        _remove_tree(failed_outputs_path(dst))
         result.output = dst
-    elif tmp.exists() and tmp.stat().st_size > 0:
-        os.replace(tmp, failed_path(dst))
-        result.output = failed_path(dst)
     else:
-        tmp.unlink(missing_ok=True)
+        if tmp.exists() and tmp.stat().st_size > 0:
+            os.replace(tmp, failed_path(dst))
+            result.output = failed_path(dst)
+        else:
+            tmp.unlink(missing_ok=True)
+        if staging is not None:
+            result.failed_outputs = staging.keep(failed_outputs_path(dst))
     return result
+
+
+def _remove_tree(path: Path) -> None:
+    import shutil
+
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
