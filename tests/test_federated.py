@@ -8,10 +8,15 @@ import pytest
 import torch
 from torch import nn
 
-from fda_core.core import aggregation
-from fda_core.experiments import federated
-from fda_core.experiments.federated import METHODS, FlatAdam, FlatModel, make_config, run_experiment, run_many
 from fda_core.common.store import ResultStore
+from fda_core.core import aggregation
+from fda_core.experiments import federated, methods, tables
+from fda_core.experiments.federated import make_config, run_experiment, run_many
+from fda_core.experiments.flat import FlatAdam, FlatModel
+from fda_core.experiments.methods import FDAMethod, FedDA, get_method, list_methods, register_method
+
+#: every built-in method, plus the β = 1 variant of FedGP the papers' tables call FedGP_1
+METHOD_SPECS = [*list_methods()[:8], "fedgp(beta=1.0)"]
 
 
 class Blobs:
@@ -91,20 +96,21 @@ def test_flat_model_views_and_layout():
 
 
 # --- every rule inside the loop ----------------------------------------------------------------
-@pytest.mark.parametrize("method", list(METHODS))
-def test_every_method_runs(method):
-    res = run(**METHODS[method])
+@pytest.mark.parametrize("spec", METHOD_SPECS)
+def test_every_method_runs(spec):
+    res = run(rule=spec)
     assert 0.0 <= res["final_target_acc"] <= 1.0
+    assert res["method"] == get_method(spec).display_label
     hist = res["history"]
-    expected_rounds = BASE["rounds"] + (BASE["rounds"] if method == "Finetune_Offline" else 0)
+    expected_rounds = BASE["rounds"] + (BASE["rounds"] if spec == "finetune_offline" else 0)
     assert [h["round"] for h in hist] == list(range(1, expected_rounds + 1))
-    uses_beta = METHODS[method]["rule"] in ("fedda", "fedgp", "fedda_auto", "fedgp_auto")
+    uses_beta = res["config"]["rule"] in ("fedda", "fedgp", "fedda_auto", "fedgp_auto")
     for h in hist:
         if h["phase"] == "fda" and uses_beta:
             assert len(h["beta"]) == 2 and all(0.0 <= b <= 1.0 for b in h["beta"])
         else:
             assert h["beta"] is None
-    if method == "FedGP_1":
+    if spec == "fedgp(beta=1.0)":
         assert all(h["beta"] == [1.0, 1.0] for h in hist if h["phase"] == "fda")
 
 
@@ -116,8 +122,8 @@ def test_projection_variants_differ_and_run(projection):
 
 def test_learning_happens():
     """On separable blobs every method that sees labels beats chance (1/3) clearly."""
-    for method in ("FedGP", "FedGP_Auto", "Target only", "Oracle"):
-        res = run(**METHODS[method], rounds=8)
+    for method in ("fedgp", "fedgp_auto", "target_only", "oracle"):
+        res = run(rule=method, rounds=8)
         assert res["final_target_acc"] > 0.5, (method, res["final_target_acc"])
 
 
@@ -133,42 +139,63 @@ def test_rule_equivalences_inside_the_loop():
     assert [h["target_acc"] for h in a["history"]] == [h["target_acc"] for h in b["history"]]
 
 
-def test_one_round_equals_hand_computation(monkeypatch):
+class _Spy(FedDA):
+    """FedDA that records what the server step sees (a method defined in a test, as a user would)."""
+
+    name, label = "test_spy_fedda", "Spy FedDA"
+    seen: dict = {}
+
+    def combine(self, rnd, res, out):
+        raw = res.source_updates.clone()
+        beta = super().combine(rnd, res, out)
+        self.seen.update(raw=raw, aligned=res.source_updates.clone(), gT=res.target_update.clone(),
+                         weights=res.weights.clone(), agg=out.clone(), steps=list(res.source_steps),
+                         target_steps=res.target_steps)
+        return beta
+
+
+def test_one_round_equals_hand_computation():
     """One FDA round (no warm-up) moves the global model by exactly (1 − β) g_T + β Σ w_i a_i g_i."""
+    register_method(_Spy)
+    try:
+        run(rule="test_spy_fedda", beta=0.3, rounds=1, warmup_rounds=0)
+        seen = _Spy.seen
+        w, a, gT = seen["weights"], seen["aligned"], seen["gT"]
+        torch.testing.assert_close(w, torch.full((2,), 0.5))  # equal-size sources
+        torch.testing.assert_close(seen["agg"], 0.7 * gT + 0.3 * (w[:, None] * a).sum(0), rtol=1e-5, atol=1e-7)
+    finally:
+        methods._REGISTRY.pop("test_spy_fedda")
     captured = {}
-    real = federated._aggregate
 
-    def spy(base, projection, aligned, gT, beta, weights, out, fm):
-        captured.update(aligned=aligned.clone(), gT=gT.clone(), beta=beta.clone(), weights=weights.clone())
-        real(base, projection, aligned, gT, beta, weights, out, fm)
-        captured["agg"] = out.clone()
+    @register_method("test_spy_fedgp", label="Spy FedGP")
+    def spy_fedgp(rnd, res):
+        captured.update(aligned=res.aligned_source_updates().clone(), gT=res.target_update.clone())
+        return aggregation.fedgp(res.aligned_source_updates(), res.target_update, 1.0, res.weights)
 
-    monkeypatch.setattr(federated, "_aggregate", spy)
-    run(rule="fedda", beta=0.3, rounds=1, warmup_rounds=0)
-    w, a, gT = captured["weights"], captured["aligned"], captured["gT"]
-    torch.testing.assert_close(w, torch.full((2,), 0.5))  # equal-size sources
-    torch.testing.assert_close(captured["agg"], 0.7 * gT + 0.3 * (w[:, None] * a).sum(0), rtol=1e-5, atol=1e-7)
-    run(rule="fedgp", beta=1.0, rounds=1, warmup_rounds=0)
-    a, gT = captured["aligned"], captured["gT"]
-    proj = sum(0.5 * max(float(gT @ ai), 0.0) / float(ai @ ai) * ai for ai in a)
-    torch.testing.assert_close(captured["agg"], proj, rtol=1e-4, atol=1e-7)
+    try:
+        run(rule="test_spy_fedgp", rounds=1, warmup_rounds=0)
+        fedgp_run = run(rule="fedgp", beta=1.0, rounds=1, warmup_rounds=0)
+        mine = run(rule="test_spy_fedgp", rounds=1, warmup_rounds=0)
+        # the function form reproduces the built-in exactly (it records no β: the function returns only the update)
+        assert [h["target_acc"] for h in mine["history"]] == [h["target_acc"] for h in fedgp_run["history"]]
+        a, gT = captured["aligned"], captured["gT"]
+        proj = sum(0.5 * max(float(gT @ ai), 0.0) / float(ai @ ai) * ai for ai in a)
+        torch.testing.assert_close(aggregation.fedgp(a, gT, 1.0, torch.full((2,), 0.5)), proj, rtol=1e-4, atol=1e-7)
+    finally:
+        methods._REGISTRY.pop("test_spy_fedgp")
 
 
-def test_alignment_factor(monkeypatch):
+def test_alignment_factor():
     """Source updates reach the rule scaled by a_i = (lr_T/lr_S)·steps_T/steps_i (FedGP paper Eq. B.2)."""
-    seen = {}
-    real = federated._align
-
-    def spy(updates, factors):
-        seen["raw"], seen["factors"] = updates.clone(), factors.clone()
-        seen["aligned"] = real(updates, factors)
-        return seen["aligned"]
-
-    monkeypatch.setattr(federated, "_align", spy)
-    run(rule="fedda", beta=0.5, rounds=1, warmup_rounds=0, source_lr=0.02, target_lr=0.005)
+    register_method(_Spy)
+    try:
+        run(rule="test_spy_fedda", beta=0.5, rounds=1, warmup_rounds=0, source_lr=0.02, target_lr=0.005)
+    finally:
+        methods._REGISTRY.pop("test_spy_fedda")
+    seen = _Spy.seen
     # 24 labelled target samples in batches of 6 (4 steps); 240 source samples in batches of 32 (8 steps)
+    assert seen["steps"] == [8, 8] and seen["target_steps"] == 4
     expected = (0.005 / 0.02) * math.ceil(24 / 6) / math.ceil(240 / 32)
-    torch.testing.assert_close(seen["factors"], torch.full((2,), expected))
     torch.testing.assert_close(seen["aligned"], seen["raw"] * expected)
     assert seen["raw"].abs().max() > 0
     # the papers' formula with n/bs in place of ⌈n/bs⌉ (equal here up to the rounding of 240/32)
@@ -180,7 +207,7 @@ def test_auto_beta_recorded_per_source_and_round():
     res = run(rule="fedgp_auto", rounds=5)
     betas = [h["beta"] for h in res["history"] if h["phase"] == "fda"]
     assert len(betas) == 4 and all(len(b) == 2 for b in betas)
-    tab = federated.beta_table([res])
+    tab = tables.beta_table([res])
     assert len(tab) == 8 and set(tab["source"]) == {"e1", "e2"}
 
 
@@ -249,7 +276,7 @@ def test_run_many_resumes_from_store(tmp_path, monkeypatch):
         return real(_dataset=Blobs(), **cfg)
 
     monkeypatch.setattr(federated, "run_experiment", counting)
-    cfgs = [{**BASE, "rounds": 2, **METHODS[m]} for m in ("FedGP", "FedDA", "Target only")]
+    cfgs = [{**BASE, "rounds": 2, "rule": m} for m in ("fedgp", "fedda", "target_only")]
     labels = [{"method": m} for m in ("FedGP", "FedDA", "Target only")]
 
     def interrupt(res):
@@ -264,6 +291,106 @@ def test_run_many_resumes_from_store(tmp_path, monkeypatch):
     out = run_many(cfgs, store=ResultStore(tmp_path), experiment="t", progress=False, labels=labels)
     assert calls == ["target_only"]  # only the missing run is computed
     assert [r["labels"]["method"] for r in out] == ["FedGP", "FedDA", "Target only"]
-    table = federated.results_table(out)
-    fmt, mean, _ = federated.summary_table(table, by=("method",), across="target")
+    table = tables.results_table(out)
+    fmt, mean, _ = tables.summary_table(table, by=("method",), across="target")
     assert set(mean.index) == {"FedGP", "FedDA", "Target only"} and "Avg" in mean.columns
+
+
+# --- the method registry -------------------------------------------------------------------------
+def test_registry_names_labels_and_variants():
+    assert list_methods()[:8] == ["source_only", "target_only", "fedda", "fedgp", "fedda_auto", "fedgp_auto",
+                                  "finetune_offline", "oracle"]
+    assert [get_method(n).display_label for n in list_methods()[:8]] == [
+        "Source only", "Target only", "FedDA", "FedGP", "FedDA_Auto", "FedGP_Auto", "Finetune_Offline", "Oracle"]
+    m = get_method("fedgp", beta=1.0, projection="cosine")
+    assert m.display_label == "FedGP (β=1, cosine)" and m.spec == "fedgp(beta=1.0, projection='cosine')"
+    assert get_method(m.spec).option_values == m.option_values  # a spec round-trips
+    # former names are options of one method now
+    assert get_method("fedgp_cosine").option_values == get_method("fedgp", projection="cosine").option_values
+    assert get_method("fedgp_nofilter").display_label == "FedGP (no filter)"
+    assert make_config(rule="fedgp_nofilter")["rule"] == "fedgp"
+    with pytest.raises(ValueError, match="rule must be one of .*fedgp_auto"):
+        get_method("fedgpx")
+    with pytest.raises(ValueError, match="beta must be a finite number in \\[0, 1\\]"):
+        get_method("fedda", beta=2)
+    with pytest.raises(ValueError, match="no option"):
+        get_method("source_only", beta=0.5)
+    with pytest.raises(ValueError, match="malformed method spec"):
+        get_method("fedgp(0.5)")
+    with pytest.raises(ValueError, match="taken by the built-in"):
+        register_method("fedgp")(lambda rnd, res: res.target_update)
+
+
+def test_a_method_defined_in_a_cell_runs_through_run_experiment_and_run_many(tmp_path):
+    """The README's example: a user method in a few lines, found by name by run_experiment and run_many."""
+
+    @register_method
+    class HalfWay(FDAMethod):
+        name, label = "test_halfway", "Half-way"
+
+        def combine(self, rnd, res, out):
+            aggregation.fedda(res.aligned_source_updates(), res.target_update, 0.5, res.weights, out=out)
+
+    try:
+        mine = run(rule="test_halfway")
+        assert mine["history"][-1]["phase"] == "fda" and mine["method"] == "Half-way"
+        # it is FedDA with β = 0.5 (the same numbers), and its β is not recorded (combine returned None)
+        assert [h["target_acc"] for h in mine["history"]] == [h["target_acc"] for h in run(rule="fedda")["history"]]
+        cfg = {**BASE, "rule": "test_halfway"}
+        out = run_many([cfg], store=tmp_path, experiment="cell", progress=False)
+        assert out[0]["method"] == "Half-way" and len(list((tmp_path / "cell").glob("*.json"))) == 1
+    finally:
+        methods._REGISTRY.pop("test_halfway")
+
+
+def test_local_objective_is_the_methods():
+    """A method's local_loss is what clients minimise: a zero loss leaves every client where it started."""
+
+    @register_method
+    class Frozen(FedDA):
+        name, label = "test_frozen", "Frozen"
+
+        def local_loss(self, model, x, y, client):
+            return 0.0 * model(x).sum()
+
+    try:
+        res = run(rule="test_frozen", rounds=2, warmup_rounds=0)
+        assert len({h["target_acc"] for h in res["history"]}) == 1  # the global model never moves
+    finally:
+        methods._REGISTRY.pop("test_frozen")
+
+
+def test_a_stale_code_run_is_not_reused(tmp_path):
+    """run_many reuses a stored run only when the method's code is unchanged: redefining a user method
+    (same name, new body) recomputes its runs instead of serving the old ones."""
+    def define(scale):
+        @register_method
+        class Scaled(FDAMethod):
+            name, label = "test_scaled", "Scaled"
+
+            def combine(self, rnd, res, out, _scale=scale):
+                out.copy_(res.target_update * _scale)
+
+        return Scaled
+
+    cfg = {**BASE, "rule": "test_scaled", "rounds": 2}
+    store = ResultStore(tmp_path)
+    try:
+        define(1.0)
+        first = run_many([cfg], store=store, experiment="s", progress=False)
+        again = run_many([cfg], store=store, experiment="s", progress=False)
+        assert again[0]["history"] == first[0]["history"] and store.counts["s"]["reused"] == 1
+
+        @register_method
+        class Scaled(FDAMethod):  # edited in the "notebook": a different body under the same name
+            name, label = "test_scaled", "Scaled"
+
+            def combine(self, rnd, res, out):
+                out.copy_(res.target_update * 0.0)
+
+        store2 = ResultStore(tmp_path)
+        out = run_many([cfg], store=store2, experiment="s", progress=False)
+        assert store2.counts["s"] == {"reused": 0, "computed": 1, "stale": 1}
+        assert len({h["target_acc"] for h in out[0]["history"] if h["phase"] == "fda"}) == 1  # frozen by ĝ = 0
+    finally:
+        methods._REGISTRY.pop("test_scaled")

@@ -56,16 +56,3 @@ def test_notebooks_have_parameters_and_no_outputs():
                 assert not c.get("outputs"), f"{nb_path.name}: outputs must be stripped (keep notebooks reviewable)"
 
 
-def test_result_store_roundtrip_and_hash(tmp_path):
-    from fda_core.common.store import ResultStore, config_hash
-
-    assert config_hash({"a": 1, "b": [1, 2]}) == config_hash({"b": [1, 2], "a": 1})
-    assert config_hash({"a": 1}) != config_hash({"a": 2})
-    store = ResultStore(tmp_path)
-    calls = []
-    out = store.cached("exp", {"a": 1}, lambda: calls.append(1) or {"x": 1.5})
-    assert out == {"x": 1.5} and store.cached("exp", {"a": 1}, lambda: calls.append(1) or {"x": 0}) == {"x": 1.5}
-    assert calls == [1]
-    assert store.load("exp", {"a": 2}) is None
-    with pytest.raises(ValueError, match="experiment"):
-        store.path("../x", {})

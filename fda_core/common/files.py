@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["atomic_write", "atomic_write_text", "atomic_write_json", "write_table", "run_metadata", "project_root",
-           "resolve_output", "output_destination", "output_dir", "STAGING_ENV"]
+           "resolve_output", "output_destination", "output_dir", "STAGING_ENV", "timings_path", "write_timings"]
 
 #: Environment variable through which ``fda run`` / ``fda sweep`` hand :func:`output_dir` a staging folder:
 #: a JSON mapping ``{destination folder: staging folder}``, set only in the kernel's environment.
@@ -150,3 +150,19 @@ def _staging_folder(dest: Path) -> Path | None:
         return None
     staged = mapping.get(str(dest.resolve())) if isinstance(mapping, dict) else None
     return Path(staged) if isinstance(staged, str) and staged else None
+
+
+def timings_path(stem: str, name: str) -> Path:
+    """Where wall-clock timings of a notebook's runs go: ``<repo>/executed/timings/<stem>/<name>.csv``.
+
+    Timings differ on every run, so they are kept out of the result CSVs under ``figures/`` (which are
+    byte-identical when regenerated on the same platform) and out of the repository (``executed/`` is
+    git-ignored)."""
+    if not stem or "/" in stem or not name or "/" in name:
+        raise ValueError(f"stem and name must be plain names, got {stem!r}, {name!r}")
+    return project_root() / "executed" / "timings" / stem / f"{name}.csv"
+
+
+def write_timings(stem: str, name: str, table: Any, note: str | None = None) -> Path:
+    """Write a table of wall-clock timings to :func:`timings_path` (atomically, with an optional note)."""
+    return write_table(timings_path(stem, name), table, note)

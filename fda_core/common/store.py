@@ -1,4 +1,5 @@
-"""The result store: finished runs on disk, keyed by their config, tied to the code that produced them.
+"""The result store: finished runs on disk, keyed by their config, tied to the code that produced them
+(its code revision, :mod:`fda_core.common.provenance`).
 
 ``docs/architecture.md`` § Conventions: notebooks read the store and only compute what is missing, so
 re-running a notebook skips finished runs and an interrupted sweep resumes where it stopped.
@@ -26,38 +27,79 @@ def config_hash(config: Any) -> str:
 
 
 class ResultStore:
-    """Finished runs on disk, keyed by a hash of their config: ``<root>/<experiment>/<hash>.json``.
+    """Finished runs on disk, keyed by a hash of their config: ``<root>/<experiment>/<hash>.json``, each
+    tied to the code that produced it.
 
-    Each file
-    holds ``{"config", "versions", "result"}`` and is written atomically (temp file + rename), so a run
-    killed mid-write leaves either the old file or none, never a truncated one.
+    Each file holds ``{"config", "versions", "revision", "result"}`` and is written atomically (temp file +
+    rename), so a run killed mid-write leaves either the old file or none, never a truncated one.
+
+    **Code revisions.** A stored run is only reused when it was produced by the same code: callers pass
+    ``revision=`` (from :func:`fda_core.common.provenance.code_revision` of the experiment's module) to
+    :meth:`load`, :meth:`save` and :meth:`cached`; a stored run with another revision (or none, from before
+    revisions were recorded) is *stale*: it is not returned, and the new result replaces it.
+    ``recompute=True`` ignores every stored run (each is recomputed and overwritten). The store counts,
+    per experiment, the runs reused, computed and found stale; :meth:`summary` says so in one line.
     """
 
-    def __init__(self, root: str | os.PathLike):
+    def __init__(self, root: str | os.PathLike, *, recompute: bool = False):
         self.root = Path(root)
+        self.recompute = bool(recompute)
+        self.counts: dict[str, dict[str, int]] = {}
+        self.revisions: dict[str, set[str]] = {}
 
     def path(self, experiment: str, config: dict[str, Any]) -> Path:
         if not experiment or "/" in experiment or experiment.startswith("."):
             raise ValueError(f"experiment must be a plain folder name, got {experiment!r}")
         return self.root / experiment / f"{config_hash(config)}.json"
 
-    def load(self, experiment: str, config: dict[str, Any]) -> Any | None:
-        """The stored result of this config, or None when it has not finished yet."""
+    def _count(self, experiment: str, what: str, revision: str | None = None) -> None:
+        c = self.counts.setdefault(experiment, {"reused": 0, "computed": 0, "stale": 0})
+        c[what] += 1
+        if revision:
+            self.revisions.setdefault(experiment, set()).add(revision)
+
+    def load(self, experiment: str, config: dict[str, Any], revision: str | None = None) -> Any | None:
+        """The stored result of this config, or None when it has not finished yet, was produced by another
+        code revision than ``revision`` (stale), or the store was opened with ``recompute=True``.
+        ``revision=None`` accepts any stored revision."""
         p = self.path(experiment, config)
-        if not p.exists():
+        if self.recompute or not p.exists():
             return None
-        return json.loads(p.read_text(encoding="utf-8"))["result"]
+        stored = json.loads(p.read_text(encoding="utf-8"))
+        if revision is not None and stored.get("revision") != revision:
+            self._count(experiment, "stale")
+            return None
+        self._count(experiment, "reused", stored.get("revision"))
+        return stored["result"]
 
-    def save(self, experiment: str, config: dict[str, Any], result: Any) -> Path:
-        """Store ``result`` (JSON-serialisable) with the config and package versions, atomically."""
+    def save(self, experiment: str, config: dict[str, Any], result: Any, revision: str | None = None) -> Path:
+        """Store ``result`` (JSON-serialisable) with the config, package versions and code revision, atomically."""
         meta = run_metadata(**config)
-        return atomic_write_json(self.path(experiment, config), {**meta, "result": result})
+        self._count(experiment, "computed", revision)
+        return atomic_write_json(self.path(experiment, config), {**meta, "revision": revision, "result": result})
 
-    def cached(self, experiment: str, config: dict[str, Any], compute: Callable[[], Any]) -> Any:
-        """``load`` if finished, else ``compute()``, ``save`` and return it."""
-        found = self.load(experiment, config)
+    def cached(self, experiment: str, config: dict[str, Any], compute: Callable[[], Any],
+               revision: str | None = None) -> Any:
+        """``load`` if finished (by the same code revision), else ``compute()``, ``save`` and return it."""
+        found = self.load(experiment, config, revision)
         if found is not None:
             return found
         result = compute()
-        self.save(experiment, config, result)
+        self.save(experiment, config, result, revision)
         return result
+
+    def summary(self, experiment: str | None = None) -> str:
+        """One line per experiment: runs reused (and the code revisions they came from), computed, stale."""
+        names = [experiment] if experiment is not None else sorted(self.counts)
+        lines = []
+        for name in names:
+            c = self.counts.get(name, {"reused": 0, "computed": 0, "stale": 0})
+            revs = ", ".join(sorted(self.revisions.get(name, set()))) or "-"
+            line = (f"{name}: {c['reused']} run(s) reused from the result store, {c['computed']} computed "
+                    f"(code revision {revs})")
+            if c["stale"]:
+                line += f"; {c['stale']} stored run(s) of other code revisions recomputed"
+            if self.recompute:
+                line += "; recompute=True: stored runs ignored"
+            lines.append(line)
+        return "\n".join(lines) if lines else "result store: nothing loaded or saved yet"

@@ -1,7 +1,9 @@
 """Published accuracies (%) of the FedGP and auto-weighted FDA papers, for side-by-side comparison only.
 
 These are the papers' numbers, copied from their tables (named per entry); the workbook's own numbers
-are always computed by code. Settings differ (see each notebook): e.g. the papers use full MNIST /
+are always computed by code. Rows are keyed by the workbook's display labels of the methods
+(:mod:`fda_core.experiments.methods`): the FedGP paper's "FedGP_1" is FedGP with β = 1, "FedGP (β=1)";
+its Table-4 rows "FedDA (no projection)" and "FedGP (filter)" are "FedDA" and "FedGP". Settings differ (see each notebook): e.g. the papers use full MNIST /
 Fashion-MNIST / CIFAR-10, 50 rounds and 5 trials.
 """
 
@@ -40,14 +42,14 @@ PAPER: dict[str, dict] = {
                       "columns": _NOISE_COLS, "rows": {
         "Source only": [83.94, 25.49, 18.55, 16.71, 14.99], "Finetune_Offline": [81.39, 48.26, 40.15, 36.64, 33.71],
         "FedDA": [86.41, 69.73, 58.6, 50.13, 45.51], "FedGP": [76.33, 75.09, 71.09, 68.01, 62.22],
-        "FedGP_1": [79.40, 77.03, 71.67, 63.71, 54.18], "Target only": [74.00, 70.59, 66.03, 61.26, 57.82],
+        "FedGP (β=1)": [79.40, 77.03, 71.67, 63.71, 54.18], "Target only": [74.00, 70.59, 66.03, 61.26, 57.82],
         "Oracle": [82.00, 82.53, 81.20, 75.60, 72.60]}},
     # FedGP paper, Table 7 (label shift on Fashion-MNIST, 15% labelled target)
     "LabelShift": {"source": "FedGP paper, App. B.5 Table 7 (Fashion-MNIST, 15% labelled target)",
                    "columns": _ETA_COLS, "rows": {
         "Source only": [83.97, 79.71, 69.15, 59.90, 52.51, 0.00], "Finetune_Offline": [79.84, 80.21, 83.13, 85.43, 89.63, 33.25],
         "FedDA": [82.44, 80.85, 77.50, 76.51, 68.26, 59.56], "FedGP": [82.97, 83.24, 85.97, 88.72, 91.89, 98.71],
-        "FedGP_1": [77.41, 73.12, 62.54, 53.56, 27.62, 0.00], "Target only": [81.05, 82.44, 84.00, 88.02, 89.80, 98.32],
+        "FedGP (β=1)": [77.41, 73.12, 62.54, 53.56, 27.62, 0.00], "Target only": [81.05, 82.44, 84.00, 88.02, 89.80, 98.32],
         "Oracle": [87.68, 88.06, 90.56, 91.9, 93.46, 98.73]}},
     # FedGP paper, Table 3 (Fashion-MNIST noise 0.2/0.4/0.6, number of labelled target samples)
     "TargetSamples": {"source": "FedGP paper, Table 3 (Fashion-MNIST)",
@@ -56,12 +58,12 @@ PAPER: dict[str, dict] = {
         500: [76.59, 78.41, 65.34, 74.07, 54.97, 70.52], 1000: [77.92, 78.68, 68.26, 75.17, 59.16, 71.63]}},
     # FedGP paper, Table 4 (projection and filtering, Fashion-MNIST noisy features)
     "Projection": {"source": "FedGP paper, Table 4 (Fashion-MNIST)", "columns": [0.2, 0.4, 0.6, 0.8], "rows": {
-        "FedDA (no projection)": [69.73, 58.6, 50.13, 45.51], "FedGP (no filter)": [72.93, 69.51, 65.46, 60.70],
-        "FedGP (filter)": [75.09, 71.09, 68.01, 62.22]}},
+        "FedDA": [69.73, 58.6, 50.13, 45.51], "FedGP (no filter)": [72.93, 69.51, 65.46, 60.70],
+        "FedGP": [75.09, 71.09, 68.01, 62.22]}},
     # FedGP paper, App. B.4 Table 5 (labels per source client; target noise 0.4, 100 labelled target samples)
     "SourceLabels": {"source": "FedGP paper, App. B.4 Table 5 (Fashion-MNIST)", "columns": [9, 7, 3, 5], "rows": {
         "Source only": [11.27, 18.81, 25.54, 34.11], "Finetune_Offline": [37.79, 64.75, 68.69, 65.41],
-        "FedDA": [55.01, 57.9, 54.16, 61.62], "FedGP": [68.50, 68.64, 64.43, 66.59], "FedGP_1": [65.27, 59.07, 26.37, 39.86],
+        "FedDA": [55.01, 57.9, 54.16, 61.62], "FedGP": [68.50, 68.64, 64.43, 66.59], "FedGP (β=1)": [65.27, 59.07, 26.37, 39.86],
         "Target only": [63.06, 65.76, 61.8, 63.65], "Oracle": [81.2, 81.2, 81.2, 81.2]}},
     # auto-weighted FDA paper, App. C.5 Tables 7-9 (ColoredMNIST, β on the source part)
     "BetaColoredMNIST": {"source": "auto-weighted FDA paper, App. C.5 (ColoredMNIST)",

@@ -8,49 +8,67 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from typing import Any
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.colors import ListedColormap
 
 from ..common.files import atomic_write, write_table
+from ..experiments.methods import get_method, list_methods
 
-__all__ = ["RULE_COLORS", "RULE_LABELS", "set_style", "save_figure", "plot_phase_diagram", "plot_delta_curves",
+__all__ = ["method_color", "method_display", "set_style", "save_figure", "plot_phase_diagram", "plot_delta_curves",
            "theory_panels", "plot_mc_vs_formula", "plot_cell_grid",
-           "plot_training_curves", "METHOD_COLORS", "plot_method_bars", "plot_beta_curves", "plot_accuracy_vs_shift"]
+           "plot_training_curves", "plot_method_bars", "plot_beta_curves", "plot_accuracy_vs_shift"]
 
-#: One colour and label per rule, shared by every figure.
-RULE_COLORS = {
+#: One colour per method (canonical name), shared by every figure; variants of a method that tables show
+#: side by side get their own (keyed by spec). Labels always come from the method registry.
+_COLORS = {
     "source_only": "#4c72b0",
     "fedda": "#55a868",
     "fedgp": "#c44e52",
     "target_only": "#8172b2",
     "fedda_auto": "#8fd19e",
     "fedgp_auto": "#f28e8e",
-    "fedgp_cosine": "#dd8452",
-}
-RULE_LABELS = {
-    "source_only": "Source only",
-    "fedda": "FedDA",
-    "fedgp": "FedGP",
-    "target_only": "Target only",
-    "fedda_auto": "FedDA auto",
-    "fedgp_auto": "FedGP auto",
-    "fedgp_cosine": "FedGP (cosine, papers' impl.)",
+    "finetune_offline": "#64b5cd",
+    "oracle": "#222222",
+    "fedgp(beta=1.0)": "#937860",
+    "fedgp(projection='cosine')": "#dd8452",
+    "fedgp(filter=False)": "#da8bc3",
 }
 
-#: Colours of the methods of the real-data tables (fda_core.experiments.federated.METHODS), same family as RULE_COLORS.
-METHOD_COLORS = {
-    "Source only": RULE_COLORS["source_only"],
-    "Finetune_Offline": "#64b5cd",
-    "FedDA": RULE_COLORS["fedda"],
-    "FedGP": RULE_COLORS["fedgp"],
-    "FedGP_1": "#937860",
-    "FedDA_Auto": RULE_COLORS["fedda_auto"],
-    "FedGP_Auto": RULE_COLORS["fedgp_auto"],
-    "Target only": RULE_COLORS["target_only"],
-    "Oracle": "#222222",
-}
+
+def _method(key: str) -> Any:
+    """The method a figure key names: a registered name, a spec (``"fedgp(beta=1.0)"``) or a display label
+    (``"FedGP (β=1)"``); None when it names no method."""
+    try:
+        return get_method(key)
+    except ValueError:
+        pass
+    for spec in [*list_methods(), *_COLORS]:
+        try:
+            m = get_method(spec)
+        except ValueError:
+            continue
+        if m.display_label == key:
+            return m
+    return None
+
+
+def method_color(key: str) -> str | None:
+    """The colour of a method given by name, spec or display label (its base method's colour for other
+    variants; None for unknown keys, which lets matplotlib pick)."""
+    m = _method(key)
+    if m is None:
+        return None
+    return _COLORS.get(m.spec, _COLORS.get(m.name))
+
+
+def method_display(key: str) -> str:
+    """The display label of a method given by name, spec or label (the key itself when it names none)."""
+    m = _method(key)
+    return key if m is None else m.display_label
 
 
 def set_style() -> None:
@@ -82,15 +100,16 @@ def plot_phase_diagram(names: np.ndarray, d: np.ndarray, sigma: np.ndarray, ax: 
                        title: str | None = None, squared: bool = False) -> plt.Axes:
     """Draw a best-rule map: ``names`` (len(sigma), len(d)) rule names on a d (x) × σ (y) grid."""
     ax = ax or plt.gca()
-    rules = [r for r in RULE_COLORS if r in set(np.asarray(names).flatten())]
+    present = set(np.asarray(names).flatten())
+    rules = [r for r in _COLORS if r in present] + sorted(present - set(_COLORS))
     index = {r: i for i, r in enumerate(rules)}
     codes = np.vectorize(index.get)(names) if len(rules) else np.zeros(np.shape(names))
     x = np.asarray(d) ** 2 if squared else np.asarray(d)
     y = np.asarray(sigma) ** 2 if squared else np.asarray(sigma)
-    ax.pcolormesh(x, y, codes, cmap=ListedColormap([RULE_COLORS[r] for r in rules]), vmin=-0.5,
+    ax.pcolormesh(x, y, codes, cmap=ListedColormap([method_color(r) or "#999999" for r in rules]), vmin=-0.5,
                   vmax=len(rules) - 0.5, shading="nearest")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=RULE_COLORS[r]) for r in rules]
-    ax.legend(handles, [RULE_LABELS[r] for r in rules], loc="upper left", fontsize=8, framealpha=0.9)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=method_color(r) or "#999999") for r in rules]
+    ax.legend(handles, [method_display(r) for r in rules], loc="upper left", fontsize=8, framealpha=0.9)
     ax.set_xlabel("source–target distance d²" if squared else "source–target distance d")
     ax.set_ylabel("target variance σ²" if squared else "target standard deviation σ")
     if title:
@@ -103,11 +122,11 @@ def plot_delta_curves(betas: np.ndarray, curves: dict[str, np.ndarray], optimal:
     """Δ²(β) curves, one per rule, with the optimal β of each marked."""
     ax = ax or plt.gca()
     for rule, values in curves.items():
-        ax.plot(betas, values, color=RULE_COLORS.get(rule), label=RULE_LABELS.get(rule, rule))
+        ax.plot(betas, values, color=method_color(rule), label=method_display(rule))
         if optimal and rule in optimal:
             b = optimal[rule]
-            ax.plot([b], [np.interp(b, betas, values)], "o", color=RULE_COLORS.get(rule))
-            ax.axvline(b, color=RULE_COLORS.get(rule), ls=":", lw=1)
+            ax.plot([b], [np.interp(b, betas, values)], "o", color=method_color(rule))
+            ax.axvline(b, color=method_color(rule), ls=":", lw=1)
     ax.set_xlabel("β (weight of the source part)")
     ax.set_ylabel("Delta error Δ²")
     ax.legend(fontsize=8)
@@ -152,8 +171,8 @@ def theory_panels(
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.4))
     plot_phase_diagram(best, d, sigma, ax=ax1, title=f"Best rule by Δ² (β={beta:g}, δ̄={delta_bar:g}, τ̄²={tau2:g}, m={m:g})")
     plot_delta_curves(betas, curves, optimal, ax=ax2, title=f"Δ²(β) at σ²={sigma2_point:g}, d²={d2_point:g}")
-    ax2.axhline(sigma2_point, color=RULE_COLORS["target_only"], ls="--", lw=1, label="target only")
-    ax2.axhline(d2_point, color=RULE_COLORS["source_only"], ls="--", lw=1, label="source only")
+    ax2.axhline(sigma2_point, color=method_color("target_only"), ls="--", lw=1, label="target only")
+    ax2.axhline(d2_point, color=method_color("source_only"), ls="--", lw=1, label="source only")
     ax2.legend(fontsize=8)
     fig.tight_layout()
     dd, ss = np.meshgrid(d, sigma)
@@ -174,12 +193,12 @@ def plot_mc_vs_formula(table: pd.DataFrame, ax: plt.Axes | None = None, rules: t
         t = table[table.rule == rule].sort_values(x)
         if t.empty:
             continue
-        c = RULE_COLORS.get(rule)
-        ax.plot(t[x], t.formula, "-", color=c, label=f"{RULE_LABELS.get(rule, rule)}: formula")
+        c = method_color(rule)
+        ax.plot(t[x], t.formula, "-", color=c, label=f"{method_display(rule)}: formula")
         if extra and extra in t and t[extra].notna().any():
-            ax.plot(t[x], t[extra], "--", color=c, lw=1, label=f"{RULE_LABELS.get(rule, rule)}: with true projected noise")
+            ax.plot(t[x], t[extra], "--", color=c, lw=1, label=f"{method_display(rule)}: with true projected noise")
         ax.errorbar(t[x], t.mc_mean, yerr=2 * t.mc_stderr, fmt="o", ms=4, color=c, capsize=3,
-                    label=f"{RULE_LABELS.get(rule, rule)}: Monte Carlo ±2 s.e.")
+                    label=f"{method_display(rule)}: Monte Carlo ±2 s.e.")
     ax.set_xlabel("β (weight of the source part)" if x == "beta" else x)
     ax.set_ylabel("Delta error Δ²")
     ax.legend(fontsize=7)
@@ -194,19 +213,20 @@ def plot_cell_grid(cells: pd.DataFrame, column: str, ax: plt.Axes | None = None,
     ``cells`` has one row per cell with ``shift_index``, ``size_index``, ``d`` and ``sigma`` (measured at
     the initialisation) and the rule names in ``column``. The x axis orders shift levels (labelled with
     their measured d), the y axis subset sizes (labelled with their measured σ, growing upwards), as in the papers' figure.
-    Method labels like ``fedgp_0.5`` / ``fedgp_auto`` are coloured as their rule.
+    Methods may be given by name, spec or display label; each gets its method's colour.
     """
     ax = ax or plt.gca()
     shifts = sorted(cells.shift_index.unique())
     sizes = sorted(cells.size_index.unique())
-    rule_of = lambda name: name if name in RULE_COLORS else name.rsplit("_", 1)[0]  # noqa: E731
-    rules = [r for r in RULE_COLORS if r in {rule_of(v) for v in cells[column]}]
+    rules = list(dict.fromkeys(cells[column]))
+    order = {method_color(r): i for i, r in enumerate(_COLORS)}
+    rules.sort(key=lambda r: order.get(method_color(r), len(order)))
     index = {r: i for i, r in enumerate(rules)}
     grid = np.full((len(sizes), len(shifts)), np.nan)
     for _, c in cells.iterrows():
-        grid[sizes.index(c.size_index), shifts.index(c.shift_index)] = index[rule_of(c[column])]
+        grid[sizes.index(c.size_index), shifts.index(c.shift_index)] = index[c[column]]
     ax.pcolormesh(np.arange(len(shifts)), np.arange(len(sizes)), grid, shading="nearest",
-                  cmap=ListedColormap([RULE_COLORS[r] for r in rules]), vmin=-0.5, vmax=len(rules) - 0.5)
+                  cmap=ListedColormap([method_color(r) or "#999999" for r in rules]), vmin=-0.5, vmax=len(rules) - 0.5)
     d_lab = cells.groupby("shift_index").d.mean().reindex(shifts)
     s_lab = cells.groupby("size_index").sigma.mean().reindex(sizes)
     ax.set_xticks(range(len(shifts)), [f"{v:.2g}" for v in d_lab], rotation=45, fontsize=7)
@@ -214,8 +234,8 @@ def plot_cell_grid(cells: pd.DataFrame, column: str, ax: plt.Axes | None = None,
     ax.invert_yaxis()  # the smallest subset (largest σ) on top, as σ grows upwards in the theory panel
     ax.set_xlabel("source–target distance d (by shift level)")
     ax.set_ylabel("target std σ (by subset size)")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=RULE_COLORS[r]) for r in rules]
-    ax.legend(handles, [RULE_LABELS[r] for r in rules], loc="upper left", fontsize=7, framealpha=0.9)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=method_color(r) or "#999999") for r in rules]
+    ax.legend(handles, [method_display(r) for r in rules], loc="upper left", fontsize=7, framealpha=0.9)
     if title:
         ax.set_title(title, fontsize=10)
     return ax
@@ -232,9 +252,9 @@ def plot_training_curves(result, shift_index: int, size_index: int, trial: int =
     rows = []
     for mth in methods:
         steps, loss = result.curve(shift_index, size_index, mth, trial=trial)
-        rule = mth if mth in RULE_COLORS else mth.rsplit("_", 1)[0]
-        ax.plot(steps, loss, label=mth, color=RULE_COLORS.get(mth, RULE_COLORS.get(rule)),
-                ls="--" if mth.endswith("auto") else "-")
+        m = _method(mth)
+        ax.plot(steps, loss, label=method_display(mth), color=method_color(mth),
+                ls="--" if m is not None and m.estimates_beta else "-")
         rows.append(pd.DataFrame({"method": mth, "step": steps, "test_loss": loss}))
     row = table[(table.shift_index == shift_index) & (table.size_index == size_index)].iloc[0]
     ax.set_yscale("log")
@@ -259,7 +279,7 @@ def plot_method_bars(table: pd.DataFrame, *, across: str = "target", value: str 
         sub = table[table["method"] == mth].groupby(across)[value]
         mean, std = sub.mean().reindex(groups), sub.std(ddof=1).reindex(groups).fillna(0.0)
         xs = np.arange(len(groups)) + (j - (len(methods) - 1) / 2) * width
-        ax.bar(xs, mean.values, width, yerr=std.values, label=mth, color=METHOD_COLORS.get(mth), capsize=2)
+        ax.bar(xs, mean.values, width, yerr=std.values, label=mth, color=method_color(mth), capsize=2)
         if paper is not None and mth in paper.index:
             vals = [paper.loc[mth].get(g, np.nan) for g in groups]
             ax.scatter(xs, vals, marker="_", s=120, color="black", zorder=3,
@@ -298,7 +318,7 @@ def plot_accuracy_vs_shift(table: pd.DataFrame, x: str, *, value: str = "final_a
         g = table[table["method"] == mth].groupby(x)[value]
         mean, std = g.mean(), g.std(ddof=1).fillna(0.0)
         ax.errorbar(mean.index, mean.values, yerr=std.values, marker="o", ms=4, capsize=2, label=mth,
-                    color=METHOD_COLORS.get(mth), ls="--" if mth.endswith("Auto") else "-")
+                    color=method_color(mth), ls="--" if mth.endswith("Auto") else "-")
     ax.set_xlabel(x)
     ax.set_ylabel("target accuracy (%)")
     if invert:

@@ -1,0 +1,145 @@
+"""Code revisions: a fingerprint of the source code an experiment depends on.
+
+The result store keys a finished run by its config; a change to the training code must not let it serve
+runs of the old code. :func:`code_revision` hashes the package modules an experiment's module imports,
+directly or indirectly (its import closure inside ``fda_core``, found by parsing the import statements,
+including those inside functions), so any change to code the experiment can run changes the revision,
+while unrelated modules (a figure, the CLI) do not. Docstrings, comments and formatting are not part of
+the hash (each module's syntax tree is hashed with its docstrings removed), so editing documentation
+does not invalidate stored runs.
+
+Code defined outside the package (a method written in a notebook cell) has no module file in the
+closure: :func:`object_revision` hashes its source text instead.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import inspect
+from pathlib import Path
+from typing import Any
+
+__all__ = ["code_revision", "import_closure", "object_revision"]
+
+_PACKAGE = "fda_core"
+_ROOT = Path(__file__).resolve().parents[1]  # the fda_core/ folder
+
+
+def _path_of(module: str) -> Path | None:
+    """The file of a dotted ``fda_core`` module (package → its __init__.py), or None."""
+    parts = module.split(".")
+    if parts[0] != _PACKAGE:
+        return None
+    base = _ROOT.joinpath(*parts[1:])
+    for p in (base.with_suffix(".py"), base / "__init__.py"):
+        if p.is_file():
+            return p
+    return None
+
+
+def _imports(path: Path, module: str) -> set[str]:
+    """Dotted names of the fda_core modules ``path`` imports (relative imports resolved)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            found.add(mod)
+            found.update(f"{mod}.{a.name}" for a in node.names)  # `from pkg import module`
+    return {m for m in found if m.split(".")[0] == _PACKAGE and _path_of(m) is not None}
+
+
+def import_closure(*modules: str) -> list[str]:
+    """Every ``fda_core`` module reachable by imports from ``modules`` (themselves included), sorted;
+    each module's parent packages are included too (importing a module runs their ``__init__``)."""
+    todo = list(modules)
+    seen: set[str] = set()
+    while todo:
+        mod = todo.pop()
+        if mod in seen:
+            continue
+        path = _path_of(mod)
+        if path is None:
+            raise ValueError(f"{mod!r} is not a module of {_PACKAGE}")
+        seen.add(mod)
+        parts = mod.split(".")
+        todo.extend(".".join(parts[:i]) for i in range(1, len(parts)))
+        todo.extend(_imports(path, mod) - seen)
+    return sorted(seen)
+
+
+class _StripDocstrings(ast.NodeTransformer):
+    def _strip(self, node: Any) -> Any:
+        self.generic_visit(node)
+        body = getattr(node, "body", None)
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                and isinstance(body[0].value.value, str):
+            node.body = body[1:] or [ast.Pass()]
+        return node
+
+    visit_Module = visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _strip
+
+
+def _normalised(source: str) -> str:
+    """The syntax tree of ``source`` without docstrings (comments and layout are not in the tree)."""
+    return ast.dump(_StripDocstrings().visit(ast.parse(source)), annotate_fields=False)
+
+
+@functools.lru_cache(maxsize=64)
+def _revision(modules: tuple[str, ...], stamps: tuple[tuple[str, int, int], ...]) -> str:
+    h = hashlib.sha256()
+    for mod in modules:
+        h.update(mod.encode())
+        h.update(_normalised(_path_of(mod).read_text(encoding="utf-8")).encode())  # type: ignore[union-attr]
+    return h.hexdigest()[:12]
+
+
+def code_revision(*modules: str) -> str:
+    """12 hex digits identifying the code of ``modules`` and everything in ``fda_core`` they import.
+
+    Example: ``code_revision("fda_core.experiments.federated")`` changes when the round loop, a method, an
+    aggregation rule, a dataset or a model changes, not when a plotting function or a docstring does.
+    """
+    closure = tuple(import_closure(*modules))
+    stamps = tuple((m, p.stat().st_mtime_ns, p.stat().st_size) for m in closure if (p := _path_of(m)) is not None)
+    return _revision(closure, stamps)
+
+
+def _code_text(code: Any) -> str:
+    """Bytecode and constants of a code object, nested code objects included (no memory addresses)."""
+    consts = [_code_text(c) if inspect.iscode(c) else repr(c) for c in code.co_consts]
+    return code.co_code.hex() + "|" + "|".join(consts)
+
+
+def object_revision(obj: Any) -> str:
+    """12 hex digits of the source text of a class or function defined outside ``fda_core`` (e.g. in a
+    notebook cell); for a class, of each function it defines (class source is not retrievable for
+    classes defined in a Jupyter kernel). Objects of ``fda_core`` return ``""`` (covered by
+    :func:`code_revision`); objects without retrievable source hash their bytecode and constants."""
+    module = getattr(obj, "__module__", "") or ""
+    if module.split(".")[0] == _PACKAGE:
+        return ""
+    pieces: list[str] = []
+    members = [obj] if not inspect.isclass(obj) else [
+        v for c in inspect.getmro(obj) if (getattr(c, "__module__", "") or "").split(".")[0] != _PACKAGE
+        and c is not object for v in vars(c).values()]
+    for member in members:
+        fn = getattr(member, "__func__", member)
+        if inspect.isclass(fn) or not callable(fn):
+            pieces.append(repr(fn) if isinstance(fn, (str, int, float, bool, tuple)) else "")
+            continue
+        try:
+            pieces.append(inspect.getsource(fn))
+        except (OSError, TypeError):
+            code = getattr(fn, "__code__", None)
+            pieces.append("" if code is None else _code_text(code))
+    return hashlib.sha256("\n".join(pieces).encode()).hexdigest()[:12]

@@ -1,0 +1,82 @@
+"""Tables of federated runs: one row per run, mean ± std over trials, β per source per round.
+
+Inputs are the result dicts of :func:`fda_core.experiments.federated.run_experiment` /
+:func:`~fda_core.experiments.federated.run_many` (each carries its resolved ``config`` and, from
+``run_many``, its ``labels``). Rows are labelled with the methods' display labels from the registry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+__all__ = ["results_table", "summary_table", "beta_table", "timings_table"]
+
+
+def results_table(results: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """One row per run: labels, target, method (display label), rule (canonical name), beta (the method's β
+    option, NaN without one), seed, rounds, model, final and last-5 accuracy (in %), n_target_labeled.
+    Wall-clock seconds are not in this table (they differ between re-runs; see ``timings_table``)."""
+    rows = []
+    for res in results:
+        c = res["config"]
+        labels = dict(res.get("labels", {}))
+        rows.append({**labels, "target": res["target"], "method": labels.get("method", res.get("method", c["rule"])),
+                     "rule": c["rule"], "beta": c["method_options"].get("beta", float("nan")), "seed": c["seed"],
+                     "rounds": c["rounds"], "model": c["model"],
+                     "final_acc": 100 * res["final_target_acc"], "last5_acc": 100 * res["last5_target_acc"],
+                     "n_target_labeled": res["n_target_labeled"]})
+    return pd.DataFrame(rows)
+
+
+def summary_table(table: Any, *, by: Sequence[str] = ("method",), across: str = "target", value: str = "final_acc",
+                  order: Sequence[str] | None = None) -> Any:
+    """Mean ± std over trials: a DataFrame indexed by ``by`` with one column per value of ``across``
+    (plus 'Avg', the mean over those columns), cells formatted 'mean (std)'; also returns the numeric
+    means. Returns (formatted, means, stds)."""
+
+
+    g = table.groupby(list(by) + [across])[value]
+    mean = g.mean().unstack(across)
+    std = g.std(ddof=1).unstack(across).fillna(0.0)
+    cols = list(dict.fromkeys(table[across]))
+    mean, std = mean[cols], std[cols]
+    mean["Avg"] = mean.mean(axis=1)
+    std["Avg"] = float("nan")
+    if order is not None:
+        idx = [o for o in order if o in mean.index]
+        mean, std = mean.loc[idx], std.loc[idx]
+    fmt = pd.DataFrame(index=mean.index, columns=mean.columns, dtype=object)
+    for col in mean.columns:
+        for i in mean.index:
+            s = std.loc[i, col]
+            fmt.loc[i, col] = f"{mean.loc[i, col]:.2f}" + ("" if pd.isna(s) else f" ({s:.2f})")
+    return fmt, mean, std
+
+
+def beta_table(results: Sequence[Mapping[str, Any]]) -> Any:
+    """Long table of the β used per source per round (auto-weighted paper App. C.4): labels, target,
+    rule, seed, round, source, beta."""
+
+
+    rows = []
+    for res in results:
+        names = [s["name"] for s in res["sources"]]
+        for h in res["history"]:
+            if h["beta"] is None:
+                continue
+            for name, b in zip(names, h["beta"]):
+                rows.append({**res.get("labels", {}), "target": res["target"], "rule": res["config"]["rule"],
+                             "seed": res["config"]["seed"], "round": h["round"], "source": name, "beta": b})
+    return pd.DataFrame(rows)
+
+
+def timings_table(results: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """Wall-clock seconds and device of each run (kept apart from the result tables, which must be
+    byte-identical when regenerated): labels, target, method, seed, seconds, device."""
+    return pd.DataFrame([{**res.get("labels", {}), "target": res["target"],
+                          "method": res.get("labels", {}).get("method", res.get("method")),
+                          "seed": res["config"]["seed"], "seconds": res["seconds"], "device": res.get("device")}
+                         for res in results])

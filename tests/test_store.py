@@ -1,0 +1,98 @@
+"""The result store ties runs to the code that produced them: a stale-code run is never reused."""
+
+import json
+import textwrap
+
+import pytest
+
+from fda_core.common import provenance
+from fda_core.common.store import ResultStore, config_hash
+
+
+def test_roundtrip_and_hash(tmp_path):
+    assert config_hash({"a": 1, "b": [1, 2]}) == config_hash({"b": [1, 2], "a": 1})
+    assert config_hash({"a": 1}) != config_hash({"a": 2})
+    store = ResultStore(tmp_path)
+    calls = []
+    out = store.cached("exp", {"a": 1}, lambda: calls.append(1) or {"x": 1.5}, revision="r1")
+    assert out == {"x": 1.5}
+    assert store.cached("exp", {"a": 1}, lambda: calls.append(1) or {"x": 0}, revision="r1") == {"x": 1.5}
+    assert calls == [1]
+    assert store.load("exp", {"a": 2}) is None
+    with pytest.raises(ValueError, match="experiment"):
+        store.path("../x", {})
+    assert json.loads(store.path("exp", {"a": 1}).read_text())["revision"] == "r1"
+
+
+def test_a_run_of_other_code_is_stale_and_replaced(tmp_path):
+    store = ResultStore(tmp_path)
+    store.save("exp", {"a": 1}, {"x": 1}, revision="old")
+    assert store.load("exp", {"a": 1}, revision="new") is None  # not served to the new code
+    assert store.cached("exp", {"a": 1}, lambda: {"x": 2}, revision="new") == {"x": 2}
+    assert store.load("exp", {"a": 1}, revision="new") == {"x": 2}  # the new result replaced it
+    assert store.counts["exp"] == {"reused": 1, "computed": 2, "stale": 2}
+    text = store.summary("exp")
+    assert "1 run(s) reused" in text and "2 computed" in text and "new" in text and "stale" not in text
+    assert "other code revisions recomputed" in text
+    # a file written before revisions were recorded is stale too
+    p = store.path("exp", {"a": 3})
+    p.write_text(json.dumps({"config": {"a": 3}, "result": {"x": 3}}))
+    assert store.load("exp", {"a": 3}, revision="new") is None
+
+
+def test_recompute_flag_ignores_stored_runs(tmp_path):
+    ResultStore(tmp_path).save("exp", {"a": 1}, {"x": 1}, revision="r")
+    forced = ResultStore(tmp_path, recompute=True)
+    assert forced.load("exp", {"a": 1}, revision="r") is None
+    assert forced.cached("exp", {"a": 1}, lambda: {"x": 5}, revision="r") == {"x": 5}
+    assert "recompute=True" in forced.summary()
+
+
+def _package(root, files):
+    pkg = root / "fda_core"
+    for name, text in files.items():
+        path = pkg / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return pkg
+
+
+def test_code_revision_follows_the_import_closure(tmp_path, monkeypatch):
+    pkg = _package(tmp_path, {
+        "__init__.py": "", "core/__init__.py": "", "viz/__init__.py": "",
+        "core/a.py": '"""Doc."""\nfrom .b import f\n\ndef g():\n    from ..core import c\n    return f()\n',
+        "core/b.py": "def f():\n    return 1\n",
+        "core/c.py": "X = 1\n",
+        "viz/plot.py": "from ..core.a import g\n",
+    })
+    monkeypatch.setattr(provenance, "_ROOT", pkg)
+    assert provenance.import_closure("fda_core.core.a") == [
+        "fda_core", "fda_core.core", "fda_core.core.a", "fda_core.core.b", "fda_core.core.c"]
+    rev = provenance.code_revision("fda_core.core.a")
+    (pkg / "viz/plot.py").write_text("from ..core.a import g  # not imported by a\nY = 2\n")
+    assert provenance.code_revision("fda_core.core.a") == rev  # outside the closure
+    (pkg / "core/a.py").write_text('"""Other doc."""\nfrom .b import f  # a comment\n\ndef g():\n'
+                                   '    """New docstring."""\n    from ..core import c\n    return f()\n')
+    assert provenance.code_revision("fda_core.core.a") == rev  # docstrings and comments do not count
+    (pkg / "core/c.py").write_text("X = 2\n")  # imported inside a function: still in the closure
+    changed = provenance.code_revision("fda_core.core.a")
+    assert changed != rev
+    (pkg / "core/b.py").write_text("def f():\n    return 2\n")
+    assert provenance.code_revision("fda_core.core.a") not in (rev, changed)
+    with pytest.raises(ValueError, match="not a module"):
+        provenance.code_revision("fda_core.nope")
+
+
+def test_object_revision_of_code_outside_the_package():
+    from fda_core.experiments.methods import FedGP
+
+    class A:
+        def f(self):
+            return 1
+
+    class B:
+        def f(self):
+            return 2
+
+    assert provenance.object_revision(FedGP) == ""  # package code: covered by code_revision
+    assert provenance.object_revision(A) and provenance.object_revision(A) != provenance.object_revision(B)
