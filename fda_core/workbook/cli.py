@@ -4,10 +4,11 @@ Usage::
 
     fda list [NOTEBOOK]                       # notebooks and their parameters (type, default, help)
     fda run NOTEBOOK... [-p NAME VALUE]... [-f params.yaml] [--out DIR] [--kernel NAME] [--cwd DIR]
-    fda sweep NOTEBOOK -f grid.yaml [--jobs K] [--out DIR] [-p NAME VALUE]...
+                       [--stall-timeout SECONDS]
+    fda sweep NOTEBOOK -f grid.yaml [--jobs K] [--out DIR] [-p NAME VALUE]... [--stall-timeout SECONDS]
 
 Also ``python -m fda_core ...``. The logic lives in :mod:`.discovery`, :mod:`.parameters`, :mod:`.runner`
-and :mod:`.sweeps`; this module parses
+and :mod:`.sweeps` (stall watchdog: :mod:`.watchdog`; staged outputs: :mod:`.staging`); this module parses
 arguments and prints. Exit codes: 0 success, 1 a notebook failed, 2 bad usage / unknown notebook /
 invalid parameter (reported before anything executes).
 """
@@ -24,7 +25,7 @@ from typing import Any, TextIO
 
 from .discovery import (NotebookError, ParameterError, default_output_dir, find_notebooks, notebook_number,
                         notebooks_dir, read_yaml, repo_root, resolve_notebook, resolve_notebooks)
-from .parameters import notebook_parameters, validate_parameters
+from .parameters import notebook_parameters, parse_range, parse_type, validate_parameters
 from .runner import DEFAULT_KERNEL, DEFAULT_STALL_TIMEOUT, ExecutionResult, execute
 from .staging import plan_staging
 from .sweeps import load_parameter_sets, plan_sweep, run_sweep
@@ -38,7 +39,9 @@ _NOTEBOOK_HELP = (
 )
 _LOCATION = (
     "Notebooks are the numbered NN_topic.ipynb files in $FDA_NOTEBOOKS, else <repo>/notebooks. "
-    "Each declares its parameters in the cell tagged 'parameters' as 'name: type = default  # help'."
+    "Each declares its parameters in the cell tagged 'parameters' as 'name: type = default  # help', the help "
+    "optionally ending with the allowed range: [0, 1], (0, 1], >= 1, > 0 (for lists: each element); values "
+    "outside it are rejected before anything runs."
 )
 
 
@@ -117,7 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
         "run", help="execute notebooks",
         description="Execute notebooks with papermill and save the executed copies (atomically: a temp "
         "file in the output folder, renamed on success; a failed run is kept as NAME.failed.ipynb). "
-        "Parameters are validated against every notebook's declared types before anything runs. "
+        "Parameters are validated against every notebook's declared types and ranges before anything runs. "
+        "A notebook's figures_dir outputs are staged and moved into place only when the whole notebook "
+        "succeeded (a failed run's partial outputs are kept as NAME.failed_outputs/). A stalled cell (see "
+        "--stall-timeout) is retried once with a fresh kernel, then fails naming the cell. "
         "Stops at the first failing notebook unless --keep-going; exits 1 if any failed.",
         formatter_class=_Formatter,
         epilog="With several notebooks, each -p/-f parameter must be declared by at least one of them "
@@ -175,7 +181,7 @@ def _format_parameters(params: dict[str, dict[str, str]]) -> list[str]:
     for info in params.values():
         type_name = info["inferred_type_name"]
         type_name = "?" if type_name in ("None", "") else type_name
-        rows.append((f"{info['name']}: {type_name} = {info['default']}", info.get("help", "")))
+        rows.append((f"{info['name']}: {type_name} = {info['default']}", _help_with_range(info)))
     width = min(max(len(r[0]) for r in rows), 48)
     lines = []
     for decl, help_text in rows:
@@ -186,6 +192,20 @@ def _format_parameters(params: dict[str, dict[str, str]]) -> list[str]:
         else:
             lines.append(f"    {decl}\n    {'':<{width}}  {help_text}")
     return lines
+
+
+def _help_with_range(info: dict[str, str]) -> str:
+    """The help text with its declared range spelt out: ``...; range [0, 1]`` (``each >= 2`` for lists)."""
+    help_text = info.get("help", "") or ""
+    try:
+        rng, rest = parse_range(help_text)
+    except ValueError as exc:
+        return f"{help_text}  (! {exc})"
+    if rng is None:
+        return help_text
+    each = parse_type(info["inferred_type_name"]).kind in ("list", "tuple")
+    allowed = f"each {rng}" if each else f"range {rng}"
+    return f"{rest}; {allowed}" if rest else allowed
 
 
 def _cmd_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -1,6 +1,26 @@
 """Notebook parameters: the declarations of the cell tagged ``parameters`` (``name: type = default  # help``),
-a small type system for them, and validation of user values *before* anything runs (papermill's own ``-p``
-coercion would turn ``"007"`` into ``7`` and lists into strings).
+a small type system for them, declared ranges, and validation of user values *before* anything runs
+(papermill's own ``-p`` coercion would turn ``"007"`` into ``7`` and lists into strings).
+
+Ranges
+------
+The help comment may end with the range of allowed values, separated from the text by a space::
+
+    beta: float = 0.5  # β of FedDA/FedGP (weight of the source part) [0, 1]
+    lr: float = 0.2  # learning rate > 0
+    momentum: float = 0.9  # SGD momentum [0, 1)
+    n_parts: int = 2  # B: target parts ≥ 2
+    B_values: list = [2, 4]  # numbers of target parts B ≥ 2
+
+An interval ``[a, b]``, ``(a, b]``, ``[a, b)`` or ``(a, b)`` (square bracket: bound included, round:
+excluded; ``inf`` / ``-inf`` for no bound) or one bound ``≥ a``, ``> a``, ``≤ b``, ``< b``, where a
+and b are numbers (``1``, ``0.5``, ``1e-3``), as the very last thing in the comment. Write ``≥``/``≤``
+(or ``[a, inf)``), not ``>=``/``<=``: papermill skips any declaration line holding two ``=`` signs, so
+those are rejected with a message. A range applies to
+numbers (ints and floats, not bools); for a list or tuple parameter it applies to every element (nested
+lists: every number in them). ``None`` (for ``Optional`` parameters) and strings are not checked. A value
+outside its range is rejected by :func:`validate_parameters` (``fda`` exits 2, nothing runs); ``fda list``
+shows the ranges. A bracket elsewhere in the comment is just text.
 """
 
 from __future__ import annotations
@@ -9,7 +29,9 @@ import ast
 import contextlib
 import functools
 import io
+import math
 import os
+import re
 import tokenize
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -20,7 +42,8 @@ import yaml
 
 from .discovery import NotebookError, ParameterError
 
-__all__ = ["TypeSpec", "notebook_parameters", "parse_type", "coerce_raw", "conform_value", "validate_parameters"]
+__all__ = ["TypeSpec", "Range", "notebook_parameters", "parse_type", "parse_range", "parameter_range", "check_range",
+           "coerce_raw", "conform_value", "validate_parameters", "default_values"]
 
 _NONE_WORDS = frozenset({"none", "null", "~"})
 _TRUE_WORDS = frozenset({"true", "1", "yes"})
@@ -231,6 +254,134 @@ def _spec_from_node(node: ast.AST) -> TypeSpec:
     return _ANY
 
 
+# --------------------------------------------------------------------------------------------------
+# ranges
+
+_NUM = r"[-+]?(?:inf|(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)"
+_INTERVAL = re.compile(rf"(?:^|\s)(?P<lb>[\[(])\s*(?P<lo>{_NUM})\s*,\s*(?P<hi>{_NUM})\s*(?P<rb>[\])])\s*$")
+_BOUND = re.compile(rf"(?:^|\s)(?P<op>≥|≤|>|<)\s*(?P<num>{_NUM})\s*$")
+_ASCII_BOUND = re.compile(rf"(?:^|\s)(?P<op>>=|<=|=>|=<)\s*(?P<num>{_NUM})\s*$")
+
+
+@dataclass(frozen=True)
+class Range:
+    """Allowed values of a numeric parameter: ``low``/``high`` (None: unbounded), each included unless
+    ``low_open``/``high_open``. ``x in rng`` tests a number."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+
+    def __post_init__(self) -> None:
+        lo = -math.inf if self.low is None else self.low
+        hi = math.inf if self.high is None else self.high
+        if math.isnan(lo) or math.isnan(hi) or lo > hi or (lo == hi and (self.low_open or self.high_open)):
+            raise ValueError(f"empty range {self}")
+
+    def __contains__(self, value: Any) -> bool:
+        x = float(value)
+        if math.isnan(x):
+            return False
+        if self.low is not None and (x <= self.low if self.low_open else x < self.low):
+            return False
+        return not (self.high is not None and (x >= self.high if self.high_open else x > self.high))
+
+    def __str__(self) -> str:
+        def num(v: float) -> str:
+            return str(int(v)) if float(v).is_integer() else repr(float(v))
+
+        if self.low is not None and self.high is not None:
+            return f"{'(' if self.low_open else '['}{num(self.low)}, {num(self.high)}{')' if self.high_open else ']'}"
+        if self.low is not None:
+            return f"{'>' if self.low_open else '≥'} {num(self.low)}"
+        if self.high is not None:
+            return f"{'<' if self.high_open else '≤'} {num(self.high)}"
+        return "any number"
+
+
+def parse_range(help_text: str) -> tuple[Range | None, str]:
+    """Split a parameter's help comment into its trailing range (see the module docstring) and the rest.
+
+    ``"β of FedDA [0, 1]"`` → ``(Range(0, 1), "β of FedDA")``; ``"a knob"`` → ``(None, "a knob")``.
+    Raises ``ValueError`` for an empty range such as ``[1, 0]`` and for a trailing ``>= a`` / ``<= b``
+    (papermill skips a declaration line holding two ``=``: write ``≥ a`` or ``[a, inf)``).
+    """
+    text = (help_text or "").rstrip()
+    m = _ASCII_BOUND.search(text)
+    if m:
+        low = ">" in m["op"]
+        interval = f"[{m['num']}, inf)" if low else f"(-inf, {m['num']}]"
+        raise ValueError(f"unusable range {m['op']} {m['num']} (papermill cannot parse a declaration line with two "
+                         f"'=': write {'≥' if low else '≤'} {m['num']} or {interval})")
+    m = _INTERVAL.search(text)
+    if m:
+        lo, hi = float(m["lo"]), float(m["hi"])
+        rng = Range(None if lo == -math.inf else lo, None if hi == math.inf else hi,
+                    low_open=m["lb"] == "(" and lo != -math.inf, high_open=m["rb"] == ")" and hi != math.inf)
+        return rng, text[: m.start()].rstrip()
+    m = _BOUND.search(text)
+    if m:
+        v, op = float(m["num"]), m["op"]
+        if op in (">", "≥"):
+            rng = Range(None if v == -math.inf else v, None, low_open=op == ">" and v != -math.inf)
+        else:
+            rng = Range(None, None if v == math.inf else v, high_open=op == "<" and v != math.inf)
+        return rng, text[: m.start()].rstrip()
+    return None, text
+
+
+def parameter_range(info: Mapping[str, str]) -> Range | None:
+    """The declared range of one parameter (an entry of :func:`notebook_parameters`), or None.
+    Raises ``ValueError`` for an empty range."""
+    return parse_range(info.get("help", "") or "")[0]
+
+
+def _numbers(value: Any) -> list[Any]:
+    """The numbers a range applies to: the value itself, or every number inside a list/tuple."""
+    if isinstance(value, bool) or value is None:
+        return []
+    if isinstance(value, (int, float)):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [x for item in value for x in _numbers(item)]
+    return []
+
+
+def _range_words(rng: Range) -> str:
+    text = str(rng)
+    return f"in {text}" if text[0] in "[(" else text
+
+
+def check_range(name: str, info: Mapping[str, str], value: Any, stem: str) -> str | None:
+    """The error message when ``value`` lies outside the declared range of parameter ``name`` of
+    notebook ``stem`` (``info``: its entry of :func:`notebook_parameters`), else None."""
+    try:
+        rng = parameter_range(info)
+    except ValueError as exc:
+        return f"parameter {name!r} of {stem}: {exc} in its help comment"
+    if rng is None:
+        return None
+    bad = [x for x in _numbers(value) if x not in rng]
+    if not bad:
+        return None
+    if isinstance(value, (list, tuple)):
+        return (f"parameter {name!r} of {stem}: every element must be {_range_words(rng)}, got {_short(bad[0])} "
+                f"in {_short(value)}")
+    return f"parameter {name!r} of {stem} must be {_range_words(rng)}, got {_short(value)}"
+
+
+def default_values(notebook_path: str | os.PathLike) -> dict[str, Any]:
+    """The notebook's declared defaults that are Python literals (the others are left out)."""
+    out: dict[str, Any] = {}
+    for name, info in notebook_parameters(notebook_path).items():
+        try:
+            out[name] = ast.literal_eval(info["default"])
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            continue
+    return out
+
+
 class _Mismatch(ValueError):
     """A value does not conform to a TypeSpec (message: the reason, possibly empty)."""
 
@@ -393,8 +544,10 @@ def validate_parameters(notebook_path: str | os.PathLike, params: Mapping[str, A
 
     ``raw=True``: values are command-line strings, coerced by the declared annotation (see
     :func:`coerce_raw`). ``raw=False``: values are already typed (YAML) and are checked against it
-    (see :func:`conform_value`). Every problem is collected; raises :class:`ParameterError` with one
-    line per problem, e.g. ``parameter 'n_draws' of 01_delta_errors expects int, got str '12x'`` or
+    (see :func:`conform_value`). Values are then checked against the declared ranges
+    (:func:`parse_range`). Every problem is collected; raises :class:`ParameterError` with one line per
+    problem, e.g. ``parameter 'n_draws' of 01_delta_errors expects int, got str '12x'``,
+    ``parameter 'beta' of 01_delta_errors must be in [0, 1], got 2.0`` or
     ``unknown parameter 'foo' for 01_delta_errors; allowed: n_draws, seed``.
     """
     path = Path(notebook_path)
@@ -417,6 +570,10 @@ def validate_parameters(notebook_path: str | os.PathLike, params: Mapping[str, A
             got = repr(value) if raw and isinstance(value, str) else f"{type(value).__name__} {_short(value)}"
             reason = f" ({exc})" if str(exc) else ""
             errors.append(f"parameter {name!r} of {stem} expects {spec}, got {got}{reason}")
+            continue
+        problem = check_range(name, declared[name], out[name], stem)
+        if problem is not None:
+            errors.append(problem)
     if errors:
         raise ParameterError(errors)
     return out
