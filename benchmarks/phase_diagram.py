@@ -3,15 +3,15 @@
 What is measured (same data, same settings, same process, per device)
 ---------------------------------------------------------------------
 (a) ``gradient kernel``: the gradient of the MSE of C stacked 50–100–10 networks on the full set of
-    n points, three ways: the hand-written batched forward/backward of ``fda_core.experiments.synthetic`` (what the
+    n points, three ways: the hand-written batched forward/backward of ``fda_core.data.sigmoid_net`` (what the
     trainer uses), ``torch.func.vmap(torch.func.grad(...))`` over the same C networks, and a Python
     loop of C ``nn.Module`` autograd backward passes. Time per network-gradient; this is the choice the
     trainer's design rests on.
-(b) ``batched``: :func:`fda_core.experiments.synthetic.train_grid` on a representative sub-grid (default shift
+(b) ``batched``: :func:`fda_core.experiments.phase_diagram.train_grid` on a representative sub-grid (default shift
     levels 0, 4, 8 × subset sizes 0, 4, 8 × all six rules = 54 trainings), with its default chunking
     and deduplication (target only / source only trainings that provably coincide run once), and
     ``batched, no dedupe`` (every training run, like the loop).
-(c) ``loop``: the same 54 trainings one after the other with :func:`fda_core.experiments.synthetic.train_single`
+(c) ``loop``: the same 54 trainings one after the other with :func:`fda_core.experiments.phase_diagram.train_single`
     (``nn.Sequential`` + autograd + ``torch.optim.SGD`` + the library rule per step) — the
     straightforward way to write the experiment.
 (d) ``chunk scan``: ``train_grid`` (no dedupe) with several chunk sizes: where the memory-bound
@@ -53,7 +53,9 @@ _ROOT = Path(__file__).resolve().parents[1]
 if str(_ROOT) not in sys.path:  # run from a checkout without installing the package
     sys.path.insert(0, str(_ROOT))
 
-from fda_core.experiments import synthetic as S  # noqa: E402
+from fda_core.common.devices import resolve_device  # noqa: E402
+from fda_core.data import sigmoid_net as N  # noqa: E402
+from fda_core.experiments import phase_diagram as S  # noqa: E402
 from fda_core.common.files import atomic_write_json  # noqa: E402
 
 PAPER_TRIALS, PAPER_STEPS = 3, 300
@@ -94,7 +96,7 @@ def environment(device: torch.device) -> dict[str, Any]:
 def kernel_forms(data: S.SyntheticData, n_nets: int) -> dict[str, Callable[[], Any]]:
     """Three ways to get the full-set gradient of ``n_nets`` networks (see module docstring (a))."""
     theta = torch.stack([S.init_params(data, 0)] * n_nets) + 0.01 * torch.randn(
-        n_nets, S.N_PARAMS, generator=torch.Generator().manual_seed(1)).to(data.x)
+        n_nets, N.N_PARAMS, generator=torch.Generator().manual_seed(1)).to(data.x)
     x, y = data.x, data.y_sources[-1]
     net = S.make_network(theta[0])
     names = [k for k, _ in net.named_parameters()]
@@ -114,9 +116,9 @@ def kernel_forms(data: S.SyntheticData, n_nets: int) -> dict[str, Callable[[], A
             m.zero_grad(set_to_none=True)
             loss_fn(m(x), y).backward()
 
-    ws, y_t = S._Workspace(), y.T.contiguous()
+    ws, y_t = N.Workspace(), y.T.contiguous()
     return {
-        "hand-written batched": lambda: S._set_gradient(theta, x, y_t, ws),  # the trainer's source pass
+        "hand-written batched": lambda: N.batched_set_gradient(theta, x, y_t, ws),  # the trainer's source pass
         "vmap(grad)": lambda: vgrad(batched, x, y),
         "autograd loop": loop,
     }
@@ -146,7 +148,7 @@ def run(
     seed: int = 0,
 ) -> dict[str, Any]:
     """All measurements on one device; returns a dict of records (times in seconds)."""
-    dev = S.resolve_device(device)
+    dev = resolve_device(device)
     rules = S.RULES
     data = S.make_phase_diagram_data(n_points, seed=seed, device=dev)
     rows = _rows(shifts, sizes, rules)
@@ -266,7 +268,7 @@ def main(argv: Sequence[str] | None = None) -> str:
     if args.device == "all":
         devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     else:
-        devices = [str(S.resolve_device(args.device))]
+        devices = [str(resolve_device(args.device))]
     kw: dict[str, Any] = dict(n_points=args.n_points, steps=args.steps, repeats=args.repeats,
                               chunk_sizes=args.chunk_sizes, probe_steps=args.probe_steps, seed=args.seed)
     if args.quick:

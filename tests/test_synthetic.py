@@ -10,7 +10,9 @@ import pytest
 import torch
 from torch import nn
 
-from fda_core.experiments import synthetic as S
+from fda_core.data import sigmoid_net as N
+from fda_core.experiments import phase_diagram as S
+from fda_core.experiments.phase_diagram import trainer as T
 
 ROOT = Path(__file__).resolve().parent.parent
 F64 = torch.float64
@@ -65,18 +67,18 @@ def test_subsets_disjoint_from_test_set_and_sizes():
 
 def test_network_matches_nn_module_and_autograd(small):
     theta = S.init_params(small, 1)
-    assert theta.shape == (S.N_PARAMS,) == (6110,) and float(theta.abs().max()) <= 0.5
+    assert theta.shape == (N.N_PARAMS,) == (6110,) and float(theta.abs().max()) <= 0.5
     assert torch.equal(theta, S.init_params(small, 1)) and not torch.equal(theta, S.init_params(small, 0))
     net = S.make_network(theta)
     x, y = small.x, small.y_sources[1]
-    assert torch.allclose(S.predict(theta, x), net(x), atol=1e-12)
+    assert torch.allclose(N.predict(theta, x), net(x), atol=1e-12)
     loss = nn.MSELoss()(net(x), y)
-    assert float(S.mse_loss(theta, x, y)) == pytest.approx(loss.item(), rel=1e-12)
+    assert float(N.mse_loss(theta, x, y)) == pytest.approx(loss.item(), rel=1e-12)
     ref = torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, list(net.parameters()))])
-    assert torch.allclose(S.full_gradients(theta, x, y), ref, atol=1e-12)
-    assert torch.allclose(S.per_sample_gradients(theta, x, y).mean(0), ref, atol=1e-12)
+    assert torch.allclose(N.full_gradients(theta, x, y), ref, atol=1e-12)
+    assert torch.allclose(N.per_sample_gradients(theta, x, y).mean(0), ref, atol=1e-12)
     stacked = torch.stack([theta, S.init_params(small, 0)])
-    assert torch.allclose(S.full_gradients(stacked, x, y)[0], ref, atol=1e-12)
+    assert torch.allclose(N.full_gradients(stacked, x, y)[0], ref, atol=1e-12)
 
 
 # --------------------------------------------------------------------------------------------- training
@@ -219,7 +221,7 @@ def test_run_phase_diagram_store_reuses_and_resumes(tmp_path, monkeypatch):
     kw = dict(steps=5, n_subsets=10, progress=False, device="cpu")
     store = ResultStore(tmp_path)
     calls = []
-    real_train = S.train_grid
+    real_train = T.train_grid
 
     def failing_on_trial_1(*args, **kwargs):
         calls.append(kwargs["trials"])
@@ -227,7 +229,7 @@ def test_run_phase_diagram_store_reuses_and_resumes(tmp_path, monkeypatch):
             raise KeyboardInterrupt("interrupted")
         return real_train(*args, **kwargs)
 
-    monkeypatch.setattr(S, "train_grid", failing_on_trial_1)
+    monkeypatch.setattr(T, "train_grid", failing_on_trial_1)
     with pytest.raises(KeyboardInterrupt):
         S.run_phase_diagram(data, store=store, **kw)
     assert len(list((tmp_path / "synthetic_phase_diagram").glob("*.json"))) == 1  # trial 0 finished, kept
