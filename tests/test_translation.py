@@ -307,3 +307,112 @@ def test_benchmark_quick_mode_runs():
     assert rec["fast_seconds"] > 0 and rec["reference_seconds"] > 0 and rec["ratio"] > 0
     assert rec["max_objective_rel_diff"] < 1e-3  # the reference and the fast code agree on the first layer
     assert "ratio" in bench.format_report(rec)
+
+
+# ------------------------------------------------------------------------ notebook 06: store and tables
+def _write_idx(path, arr):
+    import gzip
+    import struct
+
+    header = bytes([0, 0, 0x08, arr.ndim]) + struct.pack(f">{arr.ndim}I", *arr.shape)
+    with gzip.open(path, "wb") as f:
+        f.write(header + arr.astype(np.uint8).tobytes())
+
+
+def test_rotated_mnist_reads_idx_files_through_the_shared_reader(tmp_path):
+    from fda_core.data.rotated_domains import load_idx_images, rotated_mnist
+
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 40), ("t10k", 30)):
+        _write_idx(raw / f"{split}-images-idx3-ubyte.gz", rng.integers(0, 256, (n, 28, 28)))
+        _write_idx(raw / f"{split}-labels-idx1-ubyte.gz", np.arange(n) % 10)
+    d = load_idx_images(tmp_path)  # found in MNIST/raw, .gz
+    assert d["train_x"].shape == (40, 1, 28, 28) and d["test_y"].tolist() == (np.arange(30) % 10).tolist()
+    assert float(d["train_x"].max()) <= 1.0 and d["train_x"].dtype == torch.float32
+    dom = rotated_mnist((0, 30), n_train_per_class=3, n_test_per_class=2, data_root=str(tmp_path))
+    assert dom.train_x[0].shape == (30, 784) and dom.test_x[1].shape == (20, 784) and "IDX" in dom.source
+    with pytest.raises(FileNotFoundError, match="train-images-idx3-ubyte"):
+        load_idx_images(tmp_path / "nowhere")
+
+
+def _tiny_plan():
+    from fda_core.experiments.translation.study import resolve_plan
+
+    return resolve_plan(angles=[0, 45], n_train_per_class=12, n_test_per_class=4, L=1, K=2, J=3, V=6, variant="INB",
+                        variants=["INB"], J_values=[2], V_values=[4], eval_depths=[0], ae_epochs=0, ae_shared_epochs=0)
+
+
+def test_study_runs_are_tied_to_the_code_revision(tmp_path, monkeypatch):
+    """A stored run and a cached autoencoder are reused only by the same code; recompute refits both."""
+    from fda_core.common.store import ResultStore
+    from fda_core.experiments.translation import experiments as ex
+    from fda_core.experiments.translation import study as st
+    from fda_core.experiments.translation import tables as tb
+
+    plan = _tiny_plan()
+    first = st.TranslationStudy(plan, ResultStore(tmp_path))
+    first.prepare()
+    assert not first.ae_info["shared"]["cached"]
+    fresh = first.headline_runs()
+    assert "2 computed" in first.store.summary() and first.revision in first.store.summary()
+    again = st.TranslationStudy(plan, ResultStore(tmp_path))
+    again.prepare()
+    assert again.ae_info["shared"]["cached"] and again.ae_info["individual"]["cached"]
+    loaded = again.headline_runs()
+    assert "2 run(s) reused" in again.store.summary()
+    # a stored record has sorted keys, a fresh one does not: the tables do not depend on it
+    for fn in (lambda rs: tb.summary_table(rs, 1.0), tb.communication_table, tb.iterations_table,
+               tb.cross_check_table):
+        assert fn(fresh).to_csv(index=False) == fn(loaded).to_csv(index=False)
+    a, b = (tb.communication_by_message(rs["INB-L1-K2-J3"]) for rs in (fresh, loaded))
+    assert a.to_csv(index=False) == b.to_csv(index=False) and list(a.columns) == tb.BY_MESSAGE_COLUMNS
+    shuffled = {**loaded["INB-L1-K2-J3"], "comm_by_tag": [dict(reversed(list(m.items())))
+                                                         for m in reversed(loaded["INB-L1-K2-J3"]["comm_by_tag"])]}
+    assert tb.communication_by_message(shuffled).to_csv(index=False) == a.to_csv(index=False)
+    # no wall-clock time in any result table; the timings table has them
+    for t in (tb.summary_table(fresh, 1.0), tb.communication_table(fresh), tb.final_table(fresh)):
+        assert not [c for c in t.columns if "second" in c or c.endswith("_s")]
+    assert "fit_seconds" in tb.timings_table(fresh).columns
+    # other code: runs and autoencoders of the old revision are stale
+    monkeypatch.setattr(st, "translation_revision", lambda: "other-code")
+    monkeypatch.setattr(ex, "autoencoder_revision", lambda: "other-ae")
+    changed = st.TranslationStudy(plan, ResultStore(tmp_path))
+    changed.prepare()
+    assert not changed.ae_info["shared"]["cached"] and changed.ae_info["shared"]["stale"]
+    assert "retrained" in changed.autoencoder_summary()
+    changed.headline_runs()
+    summary = changed.store.summary()
+    assert "2 computed" in summary and "2 stored run(s) of other code revisions recomputed" in summary
+    forced = st.TranslationStudy(plan, ResultStore(tmp_path, recompute=True))
+    forced.prepare()
+    assert not forced.ae_info["shared"]["cached"] and not forced.ae_info["shared"]["stale"]
+    forced.headline_runs()
+    assert "0 run(s) reused" in forced.store.summary() and "recompute=True" in forced.store.summary()
+
+
+def test_study_notes_come_from_the_configs_that_ran(tmp_path):
+    from fda_core.common.store import ResultStore
+    from fda_core.experiments.paper_numbers import paper_table, paper_value
+    from fda_core.experiments.translation import study as st
+    from fda_core.experiments.translation import tables as tb
+
+    s = st.TranslationStudy(_tiny_plan(), ResultStore(tmp_path))
+    runs = {**s.plain_vs_hist(), **s.v_runs()}
+    note = s.note(runs, extra=s.vw_note())
+    assert "clients at 0, 45 degrees; 12 training and 4 held-out digits" in note
+    assert "L=1 layers, K=2 directions" in note and "after layers [0, 1]" in note
+    assert "Hist INB-L1-K2-J3-V4 (INB, J=3, VW histograms with V=4)" in note and note.count("INB-L1-K2-J3 (") == 1
+    assert f"{paper_value('setting')['n_train_per_class']} training" in note and "second" not in note
+    assert "Sinkhorn epsilon = 0.02" in s.cross_check_note()
+    # the paper's iteration counts come from paper_numbers, matched by variant and histogram use
+    it = tb.iterations_vs_paper(s.trace_runs())
+    assert it.loc["Hist INB (V=6)", "paper_table5_mean"] == paper_table("INBIterations").loc["Hist INB", 100]
+    assert it.loc["INB-L1-K2-J3", "per_iteration"] == round(it.loc["INB-L1-K2-J3", "mean"] / 3, 3)
+    text = tb.summary_paragraph(s)
+    assert f"{s.wd_identity:.1f}" in text and "equal the closed form" in text
+    with pytest.raises(ValueError, match="variant"):
+        st.resolve_plan(variants=["StarGAN"])
+    with pytest.raises(ValueError, match="wd_method"):
+        st.resolve_plan(wd_method="fid")

@@ -15,28 +15,27 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from .datasets import mnist_5k, read_idx, rotate_images
+from .datasets import _MNIST_FILES, _idx_pair, _locate, mnist_5k, rotate_images
 
 __all__ = ["RotatedDomains", "rotated_mnist", "load_idx_images"]
 
-_IDX = {"train_x": "train-images-idx3-ubyte", "train_y": "train-labels-idx1-ubyte",
-        "test_x": "t10k-images-idx3-ubyte", "test_y": "t10k-labels-idx1-ubyte"}
+#: where :func:`load_idx_images` looks for the four IDX files inside ``data_root``, in order
+_IDX_FOLDERS = (".", "MNIST/raw", "MNIST", "FashionMNIST/raw", "FashionMNIST")
 
 
 def load_idx_images(root: str | Path) -> dict[str, Tensor]:
-    """MNIST-format IDX files in ``root`` (plain or .gz): train_x/test_x (N, 1, 28, 28) float32 in [0, 1],
-    train_y/test_y int64. Raises FileNotFoundError naming the expected files."""
-    root = Path(root)
+    """The four MNIST-format IDX files (plain or .gz; read by :func:`fda_core.data.datasets.read_idx`) in
+    ``root`` or its ``MNIST/raw``, ``MNIST``, ``FashionMNIST/raw`` or ``FashionMNIST`` folder: train_x/test_x
+    (N, 1, 28, 28) float32 in [0, 1], train_y/test_y int64, training and test files kept apart. Raises
+    FileNotFoundError naming the expected files and the folders searched."""
+    files = _locate(root, _IDX_FOLDERS, _MNIST_FILES, "Rotated MNIST (data_root)",
+                    "data_root must hold the four MNIST/Fashion-MNIST IDX files; leave data_root empty to use "
+                    "MNIST-5k (offline).", gz=True)
     out = {}
-    for key, stem in _IDX.items():
-        found = [p for p in (root / stem, root / f"{stem}.gz") if p.exists()]
-        if not found:
-            raise FileNotFoundError(
-                f"{root / stem}[.gz] not found: data_root must hold the four MNIST/Fashion-MNIST IDX files "
-                f"({', '.join(_IDX.values())}); leave data_root empty to use MNIST-5k (offline)")
-        arr = read_idx(found[0])
-        t = torch.from_numpy(arr.copy())
-        out[key] = (t.float().div(255).reshape(-1, 1, 28, 28) if key.endswith("_x") else t.long())
+    for split, i in (("train", 0), ("test", 2)):
+        x, y = _idx_pair(files[_MNIST_FILES[i]], files[_MNIST_FILES[i + 1]])
+        out[f"{split}_x"] = torch.from_numpy(x.copy()).float().div(255).reshape(-1, 1, 28, 28)
+        out[f"{split}_y"] = torch.from_numpy(y.copy()).long()
     return out
 
 

@@ -1,7 +1,9 @@
-"""Published accuracies (%) of the FedGP and auto-weighted FDA papers, for side-by-side comparison only.
+"""Published numbers of the FedGP, auto-weighted FDA and Fed INB papers, for side-by-side comparison only.
 
-These are the papers' numbers, copied from their tables (named per entry); the workbook's own numbers
-are always computed by code. Rows are keyed by the workbook's display labels of the methods
+These are the papers' numbers, copied from their tables and text (the source named per entry); the
+workbook's own numbers are always computed by code. :data:`PAPER` holds tables (accuracies in %, and the
+Fed INB paper's iteration counts); :data:`INB_PAPER` the Fed INB paper's single numbers and its setting.
+Rows are keyed by the workbook's display labels of the methods
 (:mod:`fda_core.experiments.methods`): the FedGP paper's "FedGP_1" is FedGP with β = 1, "FedGP (β=1)";
 its Table-4 rows "FedDA (no projection)" and "FedGP (filter)" are "FedDA" and "FedGP". Settings differ (see each notebook): e.g. the papers use full MNIST /
 Fashion-MNIST / CIFAR-10, 50 rounds and 5 trials.
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-__all__ = ["PAPER", "paper_table", "beside_paper"]
+__all__ = ["PAPER", "INB_PAPER", "paper_table", "paper_value", "beside_paper"]
 
 _CMNIST_COLS = ["+90%", "+80%", "-90%", "Avg"]
 _VLCS_COLS = ["C", "L", "V", "S", "Avg"]
@@ -71,6 +73,25 @@ PAPER: dict[str, dict] = {
         ("FedDA", "-90%"): [84.41, 73.55, 54.19, 35.16, 31.16, 27.59], ("FedGP", "-90%"): [84.41, 88.96, 89.50, 89.95, 90.03, 9.85],
         ("FedDA", "+90%"): [88.96, 82.37, 71.32, 62.03, 58.77, 55.23], ("FedGP", "+90%"): [88.96, 89.98, 89.76, 89.84, 90.18, 69.47],
         ("FedDA", "+80%"): [73.66, 75.12, 70.21, 65.14, 61.84, 61.32], ("FedGP", "+80%"): [73.66, 73.61, 74.39, 79.32, 80.11, 76.67]}},
+    # Fed INB paper, Tables 5-6 (Rotated MNIST, L = 10, K = 10; columns: J): Armijo iterations per digit
+    # (objective evaluations including backtracking, summed over the layers), mean over the 10 digits
+    "INBIterations": {"source": "Fed INB paper, Table 5 (J = 100) and Table 6 (J = 300); L = 10, K = 10, mean over the "
+                                "10 digits", "setting": "Rotated MNIST from full MNIST, 5 clients (0 to 60 degrees), 1,000 training "
+                                "digits per class and client", "columns": [100, 300], "rows": {
+        "INB": [1602.03, 4774.27], "Hist INB": [1602.38, 4784.80], "IndAEINB": [1583.13, 4755.20]}},
+}
+
+#: Single numbers and the setting of the Fed INB paper (*Efficient Federated Domain Translation*, ICLR 2023),
+#: each with its source. Its Fig. 2 WD values are only drawn, not printed.
+INB_PAPER: dict[str, dict] = {
+    "fig3_params_per_client": {"value": 2e8, "source": "Fed INB paper, Fig. 3 caption: Hist IndAEINB-L10-K10-J100 "
+                               "with V = 500 after about 2e8 parameters transmitted per client"},
+    "train_minutes_a5000": {"value": 5.0, "source": "Fed INB paper, Sec. 4.2: about 5 minutes to train INB on one "
+                            "RTX A5000"},
+    "setting": {"source": "Fed INB paper, Sec. 4 and App. E", "value": {
+        "data": "full MNIST", "angles": [0, 15, 30, 45, 60], "n_train_per_class": 1000, "n_test_per_class": 1000,
+        "L": 10, "K": 10, "J": 100, "V_range": [50, 2000], "wd": "Sinkhorn (100 iterations)",
+        "wd_depths": "every layer", "autoencoder_training": "not specified"}},
 }
 
 
@@ -82,6 +103,13 @@ def paper_table(name: str) -> pd.DataFrame:
     df = pd.DataFrame.from_dict(entry["rows"], orient="index", columns=entry["columns"])
     df.attrs["source"] = entry["source"]
     return df
+
+
+def paper_value(name: str):
+    """One of the Fed INB paper's single numbers (or its setting, a dict): ``INB_PAPER[name]["value"]``."""
+    if name not in INB_PAPER:
+        raise ValueError(f"unknown paper number {name!r}; name must be one of {sorted(INB_PAPER)}")
+    return INB_PAPER[name]["value"]
 
 
 def beside_paper(ours: pd.DataFrame, name: str) -> pd.DataFrame:

@@ -1,14 +1,23 @@
 """Figures of notebook 06 (paper Fig. 2, Fig. 3a, Fig. 15, Tables 5–6), drawn from
 :func:`fda_core.experiments.translation.experiments.run_translation` records. Each function returns the figure (or
-axes) and the table of exactly the numbers plotted, for :func:`fda_core.viz.plotting.save_figure`."""
+axes) and the table of exactly the numbers plotted, for :func:`fda_core.viz.plotting.save_figure`.
+
+The ``figure_*`` functions draw one figure of the notebook each, titled from the resolved plan
+(:func:`fda_core.experiments.translation.study.resolve_plan`); the ``plot_*`` functions draw into given axes."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-__all__ = ["curve_table", "plot_wd_curves", "plot_translation_grid", "plot_objective_traces", "plot_iterations"]
+from ..experiments.paper_numbers import paper_value
+
+__all__ = ["curve_table", "plot_wd_curves", "plot_translation_grid", "plot_objective_traces", "plot_iterations",
+           "figure_variants", "figure_j", "figure_vw", "figure_grid", "figure_iterations"]
 
 
 def curve_table(results: dict[str, dict]) -> pd.DataFrame:
@@ -113,3 +122,55 @@ def plot_iterations(table: pd.DataFrame, ax: plt.Axes | None = None, title: str 
     if title:
         ax.set_title(title, fontsize=10)
     return ax
+
+
+# ------------------------------------------------------------------------------------ notebook 06's figures
+def _lkj(plan: Mapping[str, Any]) -> str:
+    return f"L{plan['L']}-K{plan['K']}-J{plan['J']}"
+
+
+def figure_variants(records: Mapping[str, dict], identity: float, plan: Mapping[str, Any]
+                    ) -> tuple[plt.Figure, pd.DataFrame]:
+    """Panel (a): WD against parameters for each variant (paper Fig. 2a)."""
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    _, table = plot_wd_curves(records, ax, identity, f"(a) {' vs '.join(plan['variants'])}, {_lkj(plan)}")
+    return fig, table
+
+
+def figure_j(records: Mapping[str, dict], identity: float, plan: Mapping[str, Any]) -> tuple[plt.Figure, pd.DataFrame]:
+    """Panel (b): the J sweep of the plan's variant (paper Fig. 2b)."""
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    _, table = plot_wd_curves(records, ax, identity, f"(b) {plan['variant']}-L{plan['L']}-K{plan['K']}, J sweep")
+    return fig, table
+
+
+def figure_vw(plain_vs_hist: Mapping[str, dict], v_runs: Mapping[str, Mapping[str, dict]], identity: float,
+              plan: Mapping[str, Any]) -> tuple[plt.Figure, pd.DataFrame]:
+    """Panels (c)-(e): with and without VW histograms, then one V sweep per histogram variant (paper Fig. 2c-e).
+    Table: the curves with their ``panel`` (and, for the sweeps, ``variant``)."""
+    fig, axes = plt.subplots(1, 1 + len(v_runs), figsize=(17 * (1 + len(v_runs)) / 3, 4.4))
+    axes = np.atleast_1d(axes)
+    _, t_c = plot_wd_curves(plain_vs_hist, axes[0], identity, f"(c) with and without VW histograms (V={plan['V']})")
+    tables = [t_c.assign(panel="c")]
+    for ax, (v, runs), p in zip(axes[1:], v_runs.items(), "defghij"):
+        _, t = plot_wd_curves(runs, ax, identity, f"({p}) Hist {v}-{_lkj(plan)}: V sweep")
+        tables.append(t.assign(panel=p, variant=v))
+    fig.tight_layout()
+    return fig, pd.concat(tables, ignore_index=True)
+
+
+def figure_grid(record: dict, plan: Mapping[str, Any], pixel: bool = False) -> tuple[plt.Figure, pd.DataFrame]:
+    """Translated digits of one run from the first to the last client (paper Fig. 3a)."""
+    a = plan["angles"]
+    title = (f"{record['name']} (pixel space)" if pixel else
+             f"{record['name']}: client {a[0]:g}° → {a[-1]:g}° (rows: originals, translations, the real rotated digits)")
+    return plot_translation_grid(record["grid"], title=title)
+
+
+def figure_iterations(table: pd.DataFrame, plan: Mapping[str, Any]) -> plt.Figure:
+    """Armijo iterations per digit and run, beside the paper's setting of Table 5."""
+    s = paper_value("setting")
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    plot_iterations(table, ax, f"Armijo iterations per digit (L={plan['L']}, J={plan['J']}); paper Table 5: "
+                               f"L={s['L']}, J={s['J']}")
+    return fig

@@ -1,11 +1,14 @@
 """Federated domain translation with Fed INB (paper: Efficient Federated Domain Translation, ICLR 2023;
 ``docs/translation.md``).
 
-Modules: ``stiefel`` (Haar init, Cayley step, Armijo backtracking), ``barycenter`` (VW histograms, client
-CDFs, barycenter quantile maps), ``inb`` (the federated max-K-SW objective, INB layers, :class:`FedINB`),
-``autoencoder`` (the paper's MNIST conv autoencoder), ``comms`` (the message log), ``metrics``
-(Wasserstein distance through POT), ``data`` (Rotated MNIST clients), ``experiments`` (one configuration
-fitted and evaluated, for notebook 06), ``plots`` (its figures).
+Modules: ``inb`` (the federated max-K-SW objective, INB layers, :class:`FedINB`), ``comms`` (the message log
+and the closed-form count), ``experiments`` (one configuration fitted and evaluated on Rotated MNIST, the
+cached autoencoders), ``study`` (notebook 06's runs through the result store, tied to the code revision of
+``experiments``, and the CSV notes written from their configs), ``tables`` (notebook 06's tables and the
+sentences that report their numbers). The maths lives in :mod:`fda_core.core` (``stiefel``, ``barycenter``,
+``wasserstein``), the data and the autoencoder in :mod:`fda_core.data` (``rotated_domains``,
+``autoencoder``), the figures in :mod:`fda_core.viz.translation_plots`. ``study`` and ``tables`` are not
+imported here, so that editing them leaves the code revision of stored runs unchanged.
 """
 
 from .comms import CommunicationLog, expected_parameters

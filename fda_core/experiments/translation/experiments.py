@@ -3,8 +3,9 @@
 One call, :func:`run_translation`, fits one translator configuration on the client domains and returns
 a JSON-serialisable record: WD (held-out, per depth) against the parameters transmitted per client, the
 communication per layer and per message type, the max-K-SW objective traces and iteration counts, and
-optionally a grid of translated digits. The notebook caches these records with
-:class:`fda_core.common.store.ResultStore`, so a re-run only fits what is missing.
+optionally a grid of translated digits. :mod:`fda_core.experiments.translation.study` stores these records
+in a :class:`fda_core.common.store.ResultStore` tied to this module's code revision, so a re-run only fits
+what is missing and a change to the code they depend on refits them.
 """
 
 from __future__ import annotations
@@ -18,28 +19,18 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ...common.devices import resolve_device
 from ...common.files import atomic_write
+from ...common.provenance import code_revision
 from ...common.store import config_hash
+from ...core.barycenter import default_bins
+from ...core.wasserstein import wasserstein_distances
 from ...data.autoencoder import ConvAutoencoder, train_autoencoder
 from ...data.rotated_domains import RotatedDomains, rotated_mnist
-from ...common.devices import resolve_device
 from .inb import FedINB
-from ...core.wasserstein import wasserstein_distances
 
-__all__ = ["set_threads", "load_domains", "get_autoencoders", "identity_wd", "wd_by_depth", "run_translation",
-           "PAPER"]
-
-#: Numbers stated in the paper's text (Fig. 2–3 values are only drawn, not printed).
-PAPER = {
-    # Table 5 (L=10, K=10, J=100) and Table 6 (J=300): Armijo iterations per digit, average of 10 digits
-    "table5_avg": {"INB": 1602.03, "Hist INB": 1602.38, "IndAEINB": 1583.13},
-    "table6_avg": {"INB": 4774.27, "Hist INB": 4784.80, "IndAEINB": 4755.20},
-    # Fig. 3 caption: Hist IndAEINB-L10-K10-J100, V = 500 after ≈ 2e8 parameters per client
-    "fig3_params": 2e8,
-    # Sec. 4.2: ≈ 5 minutes to train INB on one RTX A5000
-    "train_minutes_a5000": 5.0,
-    "n_per_class": 1000,
-}
+__all__ = ["set_threads", "load_domains", "autoencoder_revision", "get_autoencoders", "identity_wd", "wd_by_depth",
+           "run_translation"]
 
 
 def set_threads(n: int | None) -> int:
@@ -67,27 +58,50 @@ def _data_key(d: RotatedDomains) -> dict:
     return dict(angles=d.angles, source=d.source, **d.sizes)
 
 
+def autoencoder_revision() -> str:
+    """Code revision of the trained autoencoders: the autoencoder module (architecture and training) and
+    the module that builds the client domains they are trained on, with everything they import
+    (:func:`fda_core.common.provenance.code_revision`)."""
+    return code_revision("fda_core.data.autoencoder", "fda_core.data.rotated_domains")
+
+
+def _load_states(path: Path, revision: str) -> list | None:
+    """The stored state dicts when ``path`` holds autoencoders of code revision ``revision``, else None
+    (files of other revisions, or from before revisions were recorded, are stale)."""
+    stored = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(stored, dict) or stored.get("revision") != revision:
+        return None
+    return stored["states"]
+
+
 def get_autoencoders(kind: str, domains: RotatedDomains, epochs: int = 8, seed: int = 0, device: str = "auto",
-                     cache_dir: str | Path | None = None) -> tuple[object, dict]:
+                     cache_dir: str | Path | None = None, recompute: bool = False) -> tuple[object, dict]:
     """The autoencoders of AEINB (``kind="shared"``: one trained on all clients' training digits, as in the
-    paper) or IndAEINB (``kind="individual"``: one per client on its own digits). Cached as a state dict in
-    ``cache_dir`` (written atomically) when given. Returns (model or list of models, info) with info =
-    training seconds and the held-out reconstruction error (mean per-image squared error) per client."""
+    paper) or IndAEINB (``kind="individual"``: one per client on its own digits).
+
+    Cached in ``cache_dir`` when given: one file per (kind, epochs, seed, data) holding the state dicts and
+    the code revision that trained them (:func:`autoencoder_revision`), written atomically. A file of another
+    revision is stale: the autoencoders are retrained and the file replaced, so a changed autoencoder is never
+    served from the cache; ``recompute=True`` retrains regardless. Returns (model or list of models, info) with
+    info = kind, number of models, epochs, revision, whether they came from the cache (``cached``) or replaced
+    a stale file (``stale``), training seconds and the held-out reconstruction error (mean per-image squared
+    error) per client."""
     if kind not in ("shared", "individual"):
         raise ValueError(f"kind must be 'shared' or 'individual', got {kind!r}")
     dev = resolve_device(device)
+    revision = autoencoder_revision()
     key = dict(kind=kind, epochs=epochs, seed=seed, data=_data_key(domains))
     path = None if cache_dir is None else Path(cache_dir) / f"{kind}_{config_hash(key)}.pt"
     n_models = 1 if kind == "shared" else len(domains.train_x)
     t0 = time.perf_counter()
-    if path is not None and path.exists():
-        states = torch.load(path, map_location="cpu", weights_only=True)
+    states = None if path is None or recompute or not path.exists() else _load_states(path, revision)
+    stale = states is None and path is not None and not recompute and path.exists()
+    if states is not None:
         models = []
         for st in states:
             m = ConvAutoencoder()
             m.load_state_dict(st)
             models.append(m.to(dev).eval())
-        cached = True
     else:
         if kind == "shared":
             models = [train_autoencoder(torch.cat(domains.train_x), epochs=epochs, seed=seed, device=dev)[0]]
@@ -95,9 +109,9 @@ def get_autoencoders(kind: str, domains: RotatedDomains, epochs: int = 8, seed: 
             models = [train_autoencoder(x, epochs=epochs, seed=seed + i, device=dev)[0]
                       for i, x in enumerate(domains.train_x)]
         if path is not None:
-            states = [{k: v.detach().cpu() for k, v in m.state_dict().items()} for m in models]
-            atomic_write(path, lambda tmp: torch.save(states, tmp))
-        cached = False
+            payload = {"revision": revision,
+                       "states": [{k: v.detach().cpu() for k, v in m.state_dict().items()} for m in models]}
+            atomic_write(path, lambda tmp: torch.save(payload, tmp))
     seconds = time.perf_counter() - t0
     errors = []
     with torch.inference_mode():
@@ -105,8 +119,8 @@ def get_autoencoders(kind: str, domains: RotatedDomains, epochs: int = 8, seed: 
             m = models[0 if kind == "shared" else i]
             xd = x.to(dev)
             errors.append(float((m(xd) - xd).square().sum(1).mean()))
-    info = dict(kind=kind, n_models=n_models, epochs=epochs, seconds=seconds, cached=cached,
-                test_recon_sq_error=errors)
+    info = dict(kind=kind, n_models=n_models, epochs=epochs, revision=revision, seconds=seconds,
+                cached=states is not None, stale=stale, test_recon_sq_error=errors)
     return (models[0] if kind == "shared" else models), info
 
 
@@ -181,6 +195,7 @@ def run_translation(config: dict, domains: RotatedDomains, autoencoders=None, gr
     result = dict(
         name=model.name, device=str(model.device), fit_seconds=fit_seconds, eval_seconds=eval_seconds,
         dim=model.dim, classes=model.classes, curve=curve,
+        bary_bins=model.bary_bins or default_bins(int(domains.sizes["n_train_per_class"])), bary_grid=model.bary_grid,
         wd_final=curve[-1]["wd"], wd_start=curve[0]["wd"],
         wd_final_per_class=wd[wd.depth == depths[-1]].groupby("label").wd.mean().round(6).tolist(),
         comm_per_layer=json.loads(comm.drop(columns="cumulative").to_json(orient="records")),

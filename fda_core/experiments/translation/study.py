@@ -1,0 +1,288 @@
+"""Notebook 06's runs: the resolved plan of one notebook run, every translator configuration fitted through
+the result store, and the CSV notes written from the configurations that actually ran.
+
+:func:`resolve_plan` turns the notebook's parameters into one dict (quick sizes applied, sweeps completed);
+:class:`TranslationStudy` loads the client domains and autoencoders and runs each configuration through
+:meth:`fda_core.common.store.ResultStore.cached` with the code revision of
+:mod:`fda_core.experiments.translation.experiments` (a stored run of other code is recomputed). Each
+record it returns is the stored result plus the ``config`` it ran with; :meth:`TranslationStudy.note`
+writes a CSV note from those configs, so no note is typed by hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ...common.devices import resolve_device
+from ...common.provenance import code_revision
+from ...common.store import ResultStore, config_hash
+from ..paper_numbers import INB_PAPER, paper_value
+from . import experiments as ex
+from .inb import VARIANTS
+
+__all__ = ["EXPERIMENT", "QUICK", "translation_revision", "resolve_plan", "TranslationStudy", "run_label"]
+
+#: the result store's folder of notebook 06's runs (and the stem of its timings)
+EXPERIMENT = "06_inb_translation"
+
+#: sizes of a quick run (tests, about a minute)
+QUICK = dict(n_train_per_class=50, n_test_per_class=20, L=2, K=5, J=10, V=20, J_values=[5, 10], V_values=[10, 40],
+             eval_depths=[0, 1, 2], ae_epochs=4, ae_shared_epochs=1)
+
+
+def translation_revision() -> str:
+    """The code revision of a stored translation run: :mod:`fda_core.experiments.translation.experiments`
+    and everything it imports (Fed INB, the autoencoder, the domains, the metric)."""
+    return code_revision(ex.__name__)
+
+
+def resolve_plan(*, quick: bool = False, seed: int = 0, device: str = "auto", data_root: str = "",
+                 angles: Sequence[float] = (0, 15, 30, 45, 60), n_train_per_class: int = 400,
+                 n_test_per_class: int = 100, L: int = 10, K: int = 10, J: int = 100, V: int = 500,
+                 variant: str = "IndAEINB", variants: Sequence[str] = ("INB", "AEINB", "IndAEINB"),
+                 J_values: Sequence[int] = (10, 30, 50, 100, 200), V_values: Sequence[int] = (50, 200, 500, 2000),
+                 eval_depths: Sequence[int] = (0, 1, 2, 3, 5, 7, 10), ae_epochs: int = 8, ae_shared_epochs: int = 2,
+                 wd_method: str = "emd", wd_reg: float = 0.02) -> dict[str, Any]:
+    """Notebook 06's parameters resolved into one plan: ``quick`` replaces the sizes by :data:`QUICK`; the J
+    and V sweeps always contain J and V; WD is measured at depth 0 and after the last layer besides
+    ``eval_depths``. Raises ValueError for an unknown variant or WD method."""
+    if quick:
+        n_train_per_class, n_test_per_class, L, K, J, V = (QUICK[k] for k in (
+            "n_train_per_class", "n_test_per_class", "L", "K", "J", "V"))
+        J_values, V_values, eval_depths = QUICK["J_values"], QUICK["V_values"], QUICK["eval_depths"]
+        ae_epochs, ae_shared_epochs = QUICK["ae_epochs"], QUICK["ae_shared_epochs"]
+    bad = [v for v in [variant, *variants] if v not in VARIANTS]
+    if bad or not variants:
+        raise ValueError(f"variant and variants must be among {VARIANTS} (variants not empty), got {variant!r}, "
+                         f"{list(variants)!r}")
+    if wd_method not in ("emd", "sinkhorn"):
+        raise ValueError(f"wd_method must be 'emd' or 'sinkhorn', got {wd_method!r}")
+    return dict(
+        quick=bool(quick), seed=int(seed), device=device, data_root=data_root, angles=[float(a) for a in angles],
+        n_train_per_class=int(n_train_per_class), n_test_per_class=int(n_test_per_class), L=int(L), K=int(K),
+        J=int(J), V=int(V), variant=variant, variants=list(dict.fromkeys(variants)),
+        J_values=sorted({int(j) for j in J_values} | {int(J)}), V_values=sorted({int(v) for v in V_values} | {int(V)}),
+        eval_depths=sorted({int(d) for d in eval_depths if 0 <= int(d) <= L} | {0, int(L)}),
+        ae_epochs=int(ae_epochs), ae_shared_epochs=int(ae_shared_epochs), wd_method=wd_method, wd_reg=float(wd_reg))
+
+
+def run_label(record: Mapping[str, Any]) -> str:
+    """A run's name as the paper writes it, e.g. ``Hist IndAEINB-L10-K10-J100-V500``."""
+    return record["name"]
+
+
+def _flatten(records: Mapping[str, Any]) -> dict[str, dict]:
+    """Records by their paper name, in order, each once; a value without a ``config`` is a group of records."""
+    out: dict[str, dict] = {}
+    for r in records.values():
+        for rec in ([r] if "config" in r else list(r.values())):
+            out.setdefault(run_label(rec), rec)
+    return out
+
+
+def _describe_run(config: Mapping[str, Any]) -> str:
+    v = config["n_bins"]
+    return (f"{config['variant']}, J={config['max_iter']}, "
+            + (f"VW histograms with V={v}" if v is not None else "sorted projections"))
+
+
+class TranslationStudy:
+    """The translator configurations of one notebook-06 run, fitted through the result store.
+
+    ``plan``: from :func:`resolve_plan`. ``store``: a :class:`~fda_core.common.store.ResultStore` (its
+    ``recompute`` flag also retrains the cached autoencoders). ``ae_cache``: the folder of the trained
+    autoencoders (default ``<store root>/06_inb_autoencoders``). ``threads``: torch CPU threads.
+
+    After :meth:`prepare`: ``autoencoders`` (per variant), ``ae_info`` and ``identity`` (the identity
+    translator's WD per client pair and class) with its mean ``wd_identity``.
+    """
+
+    def __init__(self, plan: Mapping[str, Any], store: ResultStore, ae_cache: str | Path | None = None,
+                 threads: int | None = None):
+        self.plan = dict(plan)
+        self.store = store
+        self.ae_cache = Path(ae_cache) if ae_cache is not None else Path(store.root) / "06_inb_autoencoders"
+        self.threads = ex.set_threads(threads)
+        p = self.plan
+        self.domains = ex.load_domains(p["angles"], p["n_train_per_class"], p["n_test_per_class"], p["data_root"],
+                                       p["seed"])
+        #: the part of every run's config shared by all runs (the store key adds variant, n_bins, max_iter, grid)
+        self.base = dict(
+            data=dict(angles=p["angles"], n_train=p["n_train_per_class"], n_test=p["n_test_per_class"],
+                      data_root=p["data_root"], source=self.domains.source),
+            seed=p["seed"], device=resolve_device(p["device"]).type, n_layers=p["L"], n_directions=p["K"],
+            eval_depths=p["eval_depths"], wd_method=p["wd_method"], wd_reg=p["wd_reg"],
+            ae=dict(epochs=p["ae_epochs"], shared_epochs=p["ae_shared_epochs"]))
+        self.revision = translation_revision()
+        self.autoencoders: dict[str, Any] | None = None
+        self.ae_info: dict[str, dict] = {}
+        self.identity = None
+        self.wd_identity: float | None = None
+        self._runs: dict[str, dict] = {}
+
+    # -- preparation ---------------------------------------------------------------------------------------
+    def prepare(self) -> dict[str, dict]:
+        """Train (or load) the shared and the per-client autoencoders and measure the identity translator.
+        Returns the autoencoders' info (see :func:`~fda_core.experiments.translation.experiments.get_autoencoders`)."""
+        b = self.base
+        shared, self.ae_info["shared"] = ex.get_autoencoders(
+            "shared", self.domains, b["ae"]["shared_epochs"], b["seed"], b["device"], self.ae_cache, self.store.recompute)
+        ind, self.ae_info["individual"] = ex.get_autoencoders(
+            "individual", self.domains, b["ae"]["epochs"], b["seed"], b["device"], self.ae_cache, self.store.recompute)
+        self.autoencoders = {"INB": None, "AEINB": shared, "IndAEINB": ind}
+        self.identity = ex.identity_wd(self.domains, b["wd_method"], b["wd_reg"])
+        self.wd_identity = float(self.identity.wd.mean())
+        return self.ae_info
+
+    def autoencoder_summary(self) -> str:
+        """One line per autoencoder kind: cached or trained (replacing a stale file), code revision, and the
+        held-out reconstruction error per client."""
+        lines = []
+        for kind, info in self.ae_info.items():
+            how = ("loaded from the cache" if info["cached"] else
+                   "retrained (the cached file came from other autoencoder code)" if info["stale"] else "trained")
+            errors = ", ".join(f"{e:.1f}" for e in info["test_recon_sq_error"])
+            lines.append(f"{kind} autoencoder(s) ({info['n_models']}, {info['epochs']} epochs): {how}, code revision "
+                         f"{info['revision']}; held-out reconstruction error per image (sum of squares): {errors}")
+        return "\n".join(lines)
+
+    # -- runs ----------------------------------------------------------------------------------------------
+    def run(self, variant: str, n_bins: int | None = None, max_iter: int | None = None) -> dict[str, Any]:
+        """One configuration, from the result store when the same code has finished it before. The runs of
+        panel (a) and the Hist run of the grid also keep translated digits and the Sinkhorn/EMD cross-check.
+        Returns the stored record plus ``config``."""
+        if self.autoencoders is None:
+            self.prepare()
+        p = self.plan
+        max_iter = p["J"] if max_iter is None else int(max_iter)
+        grid = max_iter == p["J"] and ((n_bins is None and variant in p["variants"])
+                                       or (n_bins == p["V"] and variant == p["variant"]))
+        cfg = {**self.base, "variant": variant, "n_bins": n_bins, "max_iter": max_iter, "grid": grid}
+        key = config_hash(cfg)
+        if key not in self._runs:
+            aes = self.autoencoders[variant]
+            result = self.store.cached(
+                EXPERIMENT, cfg, lambda: ex.run_translation(cfg, self.domains, aes, grid_per_class=2 if grid else 0,
+                                                            sinkhorn_check=grid),
+                revision=self.revision)
+            self._runs[key] = {**result, "config": cfg}
+        return self._runs[key]
+
+    def variant_runs(self) -> dict[str, dict]:
+        """Panel (a): every variant with sorted projections, L-K-J of the plan."""
+        return {run_label(r): r for r in (self.run(v) for v in self.plan["variants"])}
+
+    def j_runs(self) -> dict[str, dict]:
+        """Panel (b): the plan's variant for each J of the sweep."""
+        return {f"J={j}": self.run(self.plan["variant"], max_iter=j) for j in self.plan["J_values"]}
+
+    def hist_variants(self) -> list[str]:
+        """The variants of the VW-histogram panels: INB and the plan's variant."""
+        return list(dict.fromkeys(["INB", self.plan["variant"]]))
+
+    def v_runs(self) -> dict[str, dict[str, dict]]:
+        """Panels (d)-(e): per histogram variant, one run per V of the sweep."""
+        return {v: {f"V={b}": self.run(v, n_bins=b) for b in self.plan["V_values"]} for v in self.hist_variants()}
+
+    def plain_vs_hist(self) -> dict[str, dict]:
+        """Panel (c): each histogram variant with sorted projections and with V bins."""
+        v = self.plan["V"]
+        out = {f"{var} (sorted samples)": self.run(var) for var in self.hist_variants()}
+        out.update({f"Hist {var}, V={v}": self.run(var, n_bins=v) for var in self.hist_variants()})
+        return out
+
+    def headline_runs(self) -> dict[str, dict]:
+        """The runs of the summary and communication tables: panel (a) and each Hist variant with V bins."""
+        v = self.plan["V"]
+        return {**self.variant_runs(), **{f"Hist {var} V={v}": self.run(var, n_bins=v) for var in self.hist_variants()}}
+
+    def grid_runs(self) -> dict[str, dict]:
+        """The runs whose translated digits are drawn: Hist <variant> with V bins, and pixel INB when it runs."""
+        p = self.plan
+        out = {"translation_grid": self.run(p["variant"], n_bins=p["V"])}
+        if "INB" in p["variants"]:
+            out["translation_grid_inb"] = self.run("INB")
+        return out
+
+    def trace_runs(self) -> dict[str, dict]:
+        """The runs of the objective traces and iteration counts: INB, Hist INB (V) and the plan's variant."""
+        p = self.plan
+        inb = self.run("INB")
+        return {run_label(inb): inb, f"Hist INB (V={p['V']})": self.run("INB", n_bins=p["V"]),
+                run_label(self.run(p["variant"])): self.run(p["variant"])}
+
+    def plain_runs(self) -> dict[str, dict]:
+        """Each histogram variant with sorted projections (the reference of the V sweeps), by variant."""
+        return {var: self.run(var) for var in self.hist_variants()}
+
+    def cross_check_runs(self) -> dict[str, dict]:
+        """The runs with the Sinkhorn/EMD cross-check: panel (a) and the Hist run of the grid."""
+        grid = self.run(self.plan["variant"], n_bins=self.plan["V"])
+        return {**self.variant_runs(), run_label(grid): grid}
+
+    def all_runs(self) -> dict[str, dict]:
+        """Every run fitted or loaded so far, by its paper name."""
+        return {run_label(r): r for r in self._runs.values()}
+
+    # -- notes -----------------------------------------------------------------------------------------------
+    def setting_note(self, records: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+        """The setting, written from the resolved config shared by every run (and, given ``records``, the
+        classes those runs fitted)."""
+        b, d = self.base, self.base["data"]
+        m = len(d["angles"])
+        classes = {len(r["classes"]) for r in (records or {}).values() if "classes" in r}
+        n_classes = f"{classes.pop()} digit classes" if len(classes) == 1 else "the digit classes"
+        angles = ", ".join(f"{a:g}" for a in d["angles"])
+        return (f"Setting: Rotated MNIST from {d['source']}"
+                + (f" ({d['data_root']})" if d["data_root"] and d["data_root"] not in d["source"] else "")
+                + f"; clients at {angles} degrees; {d['n_train']} training and {d['n_test']} held-out digits per class "
+                f"and client; L={b['n_layers']} layers, K={b['n_directions']} directions; seed={b['seed']}; "
+                f"device={b['device']}; autoencoders trained {b['ae']['epochs']} epochs (one per client, IndAEINB) "
+                f"and {b['ae']['shared_epochs']} epochs (shared, AEINB); WD = {b['wd_method']} (squared-Euclidean OT "
+                f"cost) on held-out digits after layers {b['eval_depths']}, mean over {m * (m - 1)} ordered client "
+                f"pairs and {n_classes}.")
+
+    def paper_note(self) -> str:
+        """How the paper's setting differs (its numbers from :mod:`fda_core.experiments.paper_numbers`)."""
+        s = paper_value("setting")
+        return (f"Paper ({INB_PAPER['setting']['source']}): {s['n_train_per_class']} training and "
+                f"{s['n_test_per_class']} test digits per class and client from {s['data']}, L={s['L']}, K={s['K']}, "
+                f"J={s['J']}, V from {s['V_range'][0]} to {s['V_range'][1]}, WD by {s['wd']} after {s['wd_depths']}, "
+                f"autoencoder training {s['autoencoder_training']}.")
+
+    def note(self, records: Mapping[str, Any] | None = None, extra: str = "", paper: bool = True) -> str:
+        """A CSV note: the setting, the runs of the table (each by its paper name, with variant, J and V read
+        from its config; ``records`` may nest one level, as the V sweeps do), the paper's setting and ``extra``."""
+        runs = _flatten(records or {})
+        lines = [self.setting_note(runs)]
+        if runs:
+            lines.append("Runs: " + "; ".join(f"{name} ({_describe_run(r['config'])})" for name, r in runs.items()) + ".")
+        if paper:
+            lines.append(self.paper_note())
+        if extra:
+            lines.append(extra)
+        return "\n".join(lines)
+
+    def vw_note(self) -> str:
+        """The VW panels' extra note: when V ≥ n a client sends more numbers than its sorted samples."""
+        n = self.base["data"]["n_train"]
+        above = [v for v in self.plan["V_values"] if v >= n]
+        return (f"Here n = {n} digits per class and client (the paper's n = "
+                f"{paper_value('setting')['n_train_per_class']}); "
+                + (f"V in {above} >= n sends more numbers than the sorted samples themselves." if above else
+                   "every V < n."))
+
+    def traces_note(self, records: Mapping[str, Mapping[str, Any]]) -> str:
+        """The traces' extra note: objectives of latent-space runs are not comparable in value with pixel ones."""
+        latent = [(label, r["dim"]) for label, r in records.items() if r["config"]["variant"] != "INB"]
+        return " ".join(f"The {label} objective lives in the {dim}-dimensional latent space and is not comparable "
+                        "in value." for label, dim in latent)
+
+    def cross_check_note(self) -> str:
+        """The cross-check's extra note: which solver checks which, with the Sinkhorn epsilon."""
+        b = self.base
+        other = "sinkhorn" if b["wd_method"] == "emd" else "emd"
+        return (f"Final WD by {b['wd_method']} (primary) and by {other}; Sinkhorn epsilon = {b['wd_reg']:g} x mean "
+                "cost.")
