@@ -3,22 +3,23 @@
 What is measured (same data, same settings, same process, per device)
 ---------------------------------------------------------------------
 (a) ``gradient kernel``: the gradient of the MSE of C stacked 50–100–10 networks on the full set of
-    n points, three ways: the hand-written batched forward/backward of ``fda_core.data.sigmoid_net`` (what the
-    trainer uses), ``torch.func.vmap(torch.func.grad(...))`` over the same C networks, and a Python
-    loop of C ``nn.Module`` autograd backward passes. Time per network-gradient; this is the choice the
-    trainer's design rests on.
-(b) ``batched``: :func:`fda_core.experiments.phase_diagram.train_grid` on a representative sub-grid (default shift
-    levels 0, 4, 8 × subset sizes 0, 4, 8 × all six rules = 54 trainings), with its default chunking
-    and deduplication (target only / source only trainings that provably coincide run once), and
-    ``batched, no dedupe`` (every training run, like the loop).
-(c) ``loop``: the same 54 trainings one after the other with :func:`fda_core.experiments.phase_diagram.train_single`
-    (``nn.Sequential`` + autograd + ``torch.optim.SGD`` + the library rule per step) — the
-    straightforward way to write the experiment.
+    n points, three ways: the hand-written batched forward/backward of ``fda_core.data.sigmoid_net``
+    (what the trainer uses), ``torch.func.vmap(torch.func.grad(...))`` over the same C networks, and a
+    Python loop of C ``nn.Module`` autograd backward passes. Time per network-gradient; this is the choice
+    the trainer's design rests on.
+(b) ``batched``: :func:`fda_core.experiments.phase_diagram.train_grid` on a representative sub-grid
+    (default shift levels 0, 4, 8 × subset sizes 0, 4, 8 × the six methods of the registry with a
+    gradient rule = 54 trainings), with its default chunking and deduplication (target only / source
+    only trainings that provably coincide run once), and ``batched, no dedupe`` (every training run,
+    like the loop).
+(c) ``loop``: the same 54 trainings one after the other with
+    :func:`fda_core.experiments.phase_diagram.train_single` (``nn.Sequential`` + autograd +
+    ``torch.optim.SGD`` + the library rule per step) — the straightforward way to write the experiment.
 (d) ``chunk scan``: ``train_grid`` (no dedupe) with several chunk sizes: where the memory-bound
     activations (trainings × 100 × n) stop fitting the caches on a CPU, or fill a GPU.
-(e) ``paper scale``: a few steps of the FULL grid (9 × 9 cells × 6 rules, β = 0.5) at n = 5000 with
+(e) ``paper scale``: a few steps of the FULL grid (9 × 9 cells × 6 methods, β = 0.5) at n = 5000 with
     the batched trainer and a few steps of the loop on the sub-grid, extrapolated to the paper's run:
-    3 trials × 81 cells × 6 rules × 300 steps (absolute seconds, the extrapolation is linear in steps
+    3 trials × 81 cells × 6 methods × 300 steps (absolute seconds, the extrapolation is linear in steps
     and trials).
 
 Times are medians over ``--repeats`` rounds in which every form runs once (interleaved, so drifts of a
@@ -149,7 +150,7 @@ def run(
 ) -> dict[str, Any]:
     """All measurements on one device; returns a dict of records (times in seconds)."""
     dev = resolve_device(device)
-    rules = S.RULES
+    rules = S.synthetic_methods()  # the registry's methods with a gradient rule
     data = S.make_phase_diagram_data(n_points, seed=seed, device=dev)
     rows = _rows(shifts, sizes, rules)
     n_rows = len(rows)
@@ -230,7 +231,8 @@ def format_report(result: dict[str, Any]) -> str:
     for name, v in k.items():
         lines.append(f"    {name:<22} {v['ms_per_network_gradient']:8.3f} ms   ratio to hand-written {v['ms_per_network_gradient'] / ref:5.2f}")
     tr = result["training"]
-    lines.append(f"(b,c) {result['n_rows']} trainings (shifts {result['shifts']} × sizes {result['sizes']} × 6 rules), "
+    lines.append(f"(b,c) {result['n_rows']} trainings (shifts {result['shifts']} × sizes {result['sizes']} × "
+                 f"{len(result['rules'])} methods), "
                  f"{result['steps']} steps, n = {result['n_points']}, per training-step:")
     b = tr["batched"]
     for name, v in ((f"batched (chunk {b['chunk_size']}, {b['n_trainings_run']} run)", b),

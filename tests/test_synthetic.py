@@ -84,7 +84,7 @@ def test_network_matches_nn_module_and_autograd(small):
 # --------------------------------------------------------------------------------------------- training
 def test_batched_training_matches_single_loop(small):
     kw = dict(steps=12, eval_every=5, reestimate_every=4, lr=0.2, momentum=0.9)
-    res = S.train_grid(small, rules=S.RULES, betas=(0.5, 0.25), chunk_size=4, progress=False, **kw)
+    res = S.train_grid(small, betas=(0.5, 0.25), chunk_size=4, progress=False, **kw)
     tab = res.table
     assert len(tab) == 2 * 3 * 3 * 8 and list(res.eval_steps) == [0, 5, 10, 12]
     assert res.timing["n_trainings_run"] < len(tab)  # target/source only run once per trial and size/shift
@@ -100,14 +100,15 @@ def test_batched_training_matches_single_loop(small):
     assert ((auto.beta_used >= 0) & (auto.beta_used <= 1)).all() and auto.beta_init.between(0, 1).all()
     assert (tab[tab.rule == "source_only"].beta_used == 1).all() and (tab[tab.rule == "target_only"].beta_used == 0).all()
     # no dedupe, other chunking: the same numbers
-    res2 = S.train_grid(small, rules=S.RULES, betas=(0.5, 0.25), chunk_size=7, dedupe=False, progress=False, **kw)
+    res2 = S.train_grid(small, betas=(0.5, 0.25), chunk_size=7, dedupe=False, progress=False, **kw)
     assert res2.timing["n_trainings_run"] == len(tab)
     np.testing.assert_allclose(res2.curves, res.curves, rtol=1e-10, atol=1e-12)
     # helpers
     long = res.curves_long()
     assert len(long) == len(tab) * 4 and {"step", "test_loss", "method"} <= set(long.columns)
-    steps, losses = res.curve(2, 1, "fedgp_0.25")
+    steps, losses = res.curve(2, 1, "fedgp(beta=0.25)")
     assert losses.shape == (2, 4) and list(steps) == [0, 5, 10, 12]
+    np.testing.assert_array_equal(res.curve(2, 1, "FedGP (β=0.25)")[1], losses)  # by display label too
     assert len(res.mean_table()) == len(tab) // 2
 
 
@@ -118,6 +119,29 @@ def test_training_learns_and_diverged_runs_are_flagged(small):
     bad = S.train_grid(small, rules=("fedda", "fedgp_auto"), steps=40, lr=1e6, progress=False, size_indices=[0],
                        shift_indices=[2], reestimate_every=2)
     assert bad.table.diverged.all()
+
+
+def test_methods_come_from_the_registry(small):
+    """Rules are registry methods: the default is every method with a gradient rule; the table shows their
+    display labels, canonical names and fixed β; unsupported methods are named with the supported ones."""
+    from fda_core.experiments.methods import get_method, list_methods, method_class
+
+    expected = [n for n in list_methods() if method_class(n).gradient_rule]
+    assert S.synthetic_methods() == expected
+    res = S.train_grid(small, steps=2, progress=False, trials=[0], shift_indices=[1], size_indices=[1])
+    assert list(res.table.rule) == expected
+    assert list(res.table.method) == [get_method(n).display_label for n in expected]
+    assert list(res.table.method) == ["Source only", "Target only", "FedDA", "FedGP", "FedDA_Auto", "FedGP_Auto"]
+    assert res.config["rules"] == expected and res.config["methods"] == list(res.table.method)
+    two = S.train_grid(small, rules=("fedda", "fedgp(beta=0.2)"), betas=(0.5, 0.25), steps=2, progress=False,
+                       trials=[0], shift_indices=[1], size_indices=[1])
+    assert list(two.table.method) == ["FedDA", "FedDA (β=0.25)", "FedGP (β=0.2)"]
+    assert list(two.table.beta) == [0.5, 0.25, 0.2] and list(two.table.rule) == ["fedda", "fedda", "fedgp"]
+    for bad in ("finetune_offline", "fedgp(filter=False)", "fedgp_auto(projection='cosine')"):
+        with pytest.raises(ValueError, match=r"supported methods: \['source_only'"):
+            S.train_grid(small, rules=(bad,), progress=False)
+        with pytest.raises(ValueError, match="supported methods"):
+            S.train_single(small, shift_index=0, size_index=0, rule=bad)
 
 
 # --------------------------------------------------------------------------------------------- metrics
@@ -157,16 +181,22 @@ def test_compare_best(small):
     met = S.init_metrics(small, rules=("source_only", "target_only", "fedda", "fedgp"), n_subsets=20, progress=False)
     best = S.compare_best(res, met)
     assert len(best) == 9 and {"d", "sigma", "best_by_delta_mc", "best_by_loss", "agree"} <= set(best.columns)
-    assert set(best.best_by_loss) <= {"source_only", "fedda_0.5", "fedgp_0.5", "target_only"}
-    assert (best[best.shift_index == 0].best_by_delta_mc == "source_only").all()  # d = 0: source only exact
+    assert set(best.best_by_loss) <= {"Source only", "FedDA", "FedGP", "Target only"}
+    assert (best[best.shift_index == 0].best_by_delta_mc == "Source only").all()  # d = 0: source only exact
+    assert {"loss[FedGP]", "delta_mc[Source only]"} <= set(best.columns)
+    # methods by name, spec or display label name the same columns
+    same = S.compare_best(res, met, methods=("Source only", "fedda(beta=0.5)", "FedGP", "target_only"))
+    assert same.equals(best)
     assert len(S.cell_metrics(met, average_trials=True)) == 9
     with pytest.raises(ValueError, match="methods"):
-        S.compare_best(res, met, methods=("fedgp_0.3",))
+        S.compare_best(res, met, methods=("fedgp(beta=0.3)",))
 
 
 # --------------------------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("kwargs, name", [
-    (dict(rules=("fedavg",)), "rule"),
+    (dict(rules=("oracle",)), "oracle"),
+    (dict(rules=("fedgp(projection='cosine')",)), "projection"),
+    (dict(rules=("fedgp", "fedgp(beta=0.5)")), "duplicates"),
     (dict(rules=()), "rules"),
     (dict(steps=0), "steps"),
     (dict(shift_indices=[]), "shift_indices"),

@@ -11,6 +11,7 @@ import numpy as np
 
 from .metrics import cell_metrics
 from .result import GridResult
+from .selection import method_labels
 
 __all__ = ["compare_best", "agreement_summary"]
 
@@ -18,11 +19,13 @@ __all__ = ["compare_best", "agreement_summary"]
 def compare_best(
     result: GridResult | Any,
     metrics: Any,
-    methods: Sequence[str] = ("source_only", "fedda_0.5", "fedgp_0.5", "target_only"),
+    methods: Sequence[Any] = ("source_only", "fedda", "fedgp", "target_only"),
     loss_column: str = "final_test_loss",
 ):
     """Per (shift level, subset size): the method with the smallest Delta error and the one with the best
-    target test loss, each averaged over trials (ties: the earlier method in ``methods``).
+    target test loss, each averaged over trials (ties: the earlier method in ``methods``). ``methods`` are
+    given by registry name, spec (``"fedgp(beta=0.2)"``) or display label; the result names them by
+    display label (``"FedGP"``, ``"FedGP (β=0.2)"``).
 
     Columns: ``shift_index``, ``shift``, ``size_index``, ``subset_size``, ``d2``, ``sigma2`` (means over
     trials), ``d`` and ``sigma`` (their square roots), ``d2_over_sigma2``, ``best_by_delta_mc``,
@@ -32,7 +35,7 @@ def compare_best(
     import pandas as pd
 
     table = result.table if isinstance(result, GridResult) else result
-    methods = list(methods)
+    methods = method_labels(methods, set(table["method"]) | set(metrics["method"]))
     missing = [mm for mm in methods if mm not in set(table["method"])]
     if missing:
         raise ValueError(f"methods {missing} are not in the training results (methods: {sorted(set(table['method']))})")
@@ -66,7 +69,7 @@ def compare_best(
     return pd.DataFrame(out).reset_index()
 
 
-def agreement_summary(result: GridResult, metrics: Any, methods: Sequence[str], label: str = "") -> dict[str, Any]:
+def agreement_summary(result: GridResult, metrics: Any, methods: Sequence[Any], label: str = "") -> dict[str, Any]:
     """How often the rule with the smallest Delta error is also the one that trains best (panels a vs b).
 
     * ``share_same_rule``: share of cells where :func:`compare_best` names the same rule by Monte-Carlo
@@ -76,6 +79,7 @@ def agreement_summary(result: GridResult, metrics: Any, methods: Sequence[str], 
       has a mean within 2 standard errors of 0 (needs ≥ 2 trials; with one trial this is NaN);
     * ``share_same_rule_formula``: the same as the first with the closed-form Δ² instead of Monte Carlo.
     """
+    methods = method_labels(methods, set(result.table["method"]) | set(metrics["method"]))
     cmp = compare_best(result, metrics, methods=methods)
     table = result.table
     n_trials = int(table["trial"].nunique())

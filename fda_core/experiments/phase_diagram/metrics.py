@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -22,15 +23,18 @@ from ...core.aggregation import fedda, fedgp
 from ...core.estimators import auto_beta, estimate_deltas
 from ...data.sigmoid_net import N_PARAMS, full_gradients, init_params, per_sample_gradients
 from ...data.synthetic import SEED_TAGS, SyntheticData
-from .selection import _AUTO_RULES, _BETA_RULES, RULES, grid_indices as _indices, method_label, resolve_methods as _methods
+from .selection import GridMethod, grid_indices as _indices, resolve_methods
 
 __all__ = ["init_metrics", "cell_metrics"]
 
 
-_FORMULA_KIND = {
-    "source_only": "exact", "target_only": "exact", "fedda": "exact", "fedgp": "mean-field",
-    "fedda_auto": "oracle optimum", "fedgp_auto": "oracle optimum (mean-field)",
-}
+def _formula_kind(method: GridMethod) -> str:
+    """What ``delta_formula`` is for a method: the exact closed form, the mean-field one (FedGP), or the
+    oracle optimum over β (methods that estimate β)."""
+    mean_field = method.gradient_rule == "fedgp"
+    if method.estimates_beta:
+        return "oracle optimum (mean-field)" if mean_field else "oracle optimum"
+    return "mean-field" if mean_field else "exact"
 
 
 def _subset_weights(idx: Tensor, n: int, n_parts: int, dtype: torch.dtype) -> Tensor:
@@ -48,7 +52,7 @@ def _subset_weights(idx: Tensor, n: int, n_parts: int, dtype: torch.dtype) -> Te
 def init_metrics(
     data: SyntheticData,
     *,
-    rules: Sequence[str] = RULES,
+    rules: Sequence[Any] | None = None,
     betas: Sequence[float] = (0.5,),
     n_subsets: int = 200,
     n_parts: int = 2,
@@ -75,7 +79,7 @@ def init_metrics(
       ⟨g_D̂ − g_T, u⟩² (u = g_S/‖g_S‖; the mean-field formula assumes σ²/m);
     * ``sigma2_hat``, ``d2_hat``, ``tau2d2_hat``: the raw unbiased estimates of
       :func:`fda_core.core.estimators.estimate_deltas` from B = ``n_parts`` parts of the ACTUAL training
-      subset of the cell (the same parts :func:`train_grid` uses), ``beta_hat``: the auto β from them;
+      subset of the cell (the same parts the trainer uses), ``beta_hat``: the auto β from them;
     * per method: ``delta_mc`` = Monte-Carlo E‖g_T − ĝ‖² over the same random subsets, the rule applied
       to each subset's gradient with ``fda_core.core.aggregation`` (batched; auto rules estimate β from the
       B parts of each random subset), ``delta_mc_stderr``; ``delta_formula`` the closed form of
@@ -83,6 +87,10 @@ def init_metrics(
       ‖g_T‖² (``formula_kind``: exact for source/target only and FedDA, mean-field for FedGP, the
       oracle optimum for the auto rules); ``delta_projected`` (FedGP) the same with the measured
       projected noise in place of δ̄σ²/m; ``z_formula`` = (mc − formula)/stderr.
+
+    ``rules`` and ``betas`` select the methods as in :func:`~fda_core.experiments.phase_diagram.train_grid`
+    (registry names or specs; the ``method`` column holds their display labels, ``rule`` the canonical
+    names).
 
     Per-sample gradients (n, m) of the target set are formed once per trial (n·m numbers in ``dtype``),
     the subset and part gradients are weight-matrix products with them.
@@ -98,7 +106,7 @@ def init_metrics(
 
     if not isinstance(data, SyntheticData):
         raise ValueError(f"data must be a SyntheticData from make_phase_diagram_data, got {type(data).__name__}")
-    methods = _methods(rules, betas)
+    methods = resolve_methods(rules, betas)
     n_subsets = _check_int(n_subsets, "n_subsets", 2)
     n_parts = _check_int(n_parts, "n_parts", 2)
     trials_ = _indices(trials, data.n_trials, "trials")
@@ -150,30 +158,30 @@ def init_metrics(
                 act = data.subset_idx[j, t, :k].unsqueeze(0)
                 act_parts = (_subset_weights(act, n, n_parts, dtype)[0, 1:] @ G)  # (B, m)
                 est = estimate_deltas(act_parts, g_s)
-                beta_hat = {r: auto_beta(act_parts, g_s, rule=r) for r in _BETA_RULES}
+                beta_hat = {r: auto_beta(act_parts, g_s, rule=r) for r in {gm.gradient_rule for gm in methods
+                                                                            if gm.estimates_beta}}
                 src_b = g_s.unsqueeze(1).unsqueeze(2).expand(S, n_subsets, 1, m)  # (S, R, 1, m)
                 tgt_b = g_sub.unsqueeze(0).expand(S, n_subsets, m)
                 mc: dict[str, tuple[Tensor, Tensor]] = {}
-                for rule, b in methods:
-                    lab = method_label(rule, b)
-                    if rule == "source_only":
+                for gm in methods:
+                    kind = gm.gradient_rule
+                    if kind == "source_only":
                         err = d2.unsqueeze(1).expand(S, n_subsets)
                         bmc = torch.ones(S, dtype=dtype, device=dev)
-                    elif rule == "target_only":
+                    elif kind == "target_only":
                         err = err_sub.unsqueeze(0).expand(S, n_subsets)
                         bmc = torch.zeros(S, dtype=dtype, device=dev)
                     else:
-                        base = rule[: -len("_auto")] if rule in _AUTO_RULES else rule
-                        if rule in _AUTO_RULES:
-                            beta_r = auto_beta(parts, g_s.unsqueeze(0).expand(n_subsets, S, m), rule=base).T  # (S, R)
+                        if gm.estimates_beta:
+                            beta_r = auto_beta(parts, g_s.unsqueeze(0).expand(n_subsets, S, m), rule=kind).T  # (S, R)
                         else:
-                            beta_r = torch.full((S, n_subsets), b, dtype=dtype, device=dev)
-                        fn = fedda if base == "fedda" else fedgp
+                            beta_r = torch.full((S, n_subsets), gm.beta, dtype=dtype, device=dev)
+                        fn = fedda if kind == "fedda" else fedgp
                         ghat = fn(src_b, tgt_b, beta_r.unsqueeze(-1))  # (S, R, m)
                         err = (ghat - g_t).square().sum(-1)
                         bmc = beta_r.mean(1)
                         del ghat
-                    mc[lab] = (err.mean(1), err.std(1) / math.sqrt(n_subsets), bmc)
+                    mc[gm.label] = (err.mean(1), err.std(1) / math.sqrt(n_subsets), bmc)
                 for i, s in enumerate(shifts):
                     d2_i, t2d2_i = float(d2[i]), float(tau2d2[i])
                     tau2 = min(1.0, t2d2_i / d2_i) if d2_i > 0 else 0.0
@@ -187,33 +195,31 @@ def init_metrics(
                         "sigma2_hat": float(est["sigma2"]), "d2_hat": float(est["d2"][i]),
                         "tau2d2_hat": float(est["tau2d2"][i]),
                     }
-                    for rule, b in methods:
-                        lab = method_label(rule, b)
-                        mean, se, bmc = mc[lab]
-                        kind = _FORMULA_KIND[rule]
+                    for gm in methods:
+                        mean, se, bmc = mc[gm.label]
+                        kind, b, auto = gm.gradient_rule, gm.beta, gm.estimates_beta
                         proj = math.nan
-                        if rule == "source_only":
+                        if kind == "source_only":
                             formula, bh = d2_i, 1.0
-                        elif rule == "target_only":
+                        elif kind == "target_only":
                             formula, bh = sigma2, 0.0
-                        elif rule == "fedda":
-                            formula, bh = float(delta_fedda(sigma2, d2_i, b)), b
-                        elif rule == "fedda_auto":
-                            formula = float(delta_fedda(sigma2, d2_i, optimal_beta_fedda(sigma2, d2_i)))
-                            bh = float(beta_hat["fedda"][i])
+                        elif kind == "fedda":
+                            bb = float(optimal_beta_fedda(sigma2, d2_i)) if auto else b
+                            formula = float(delta_fedda(sigma2, d2_i, bb))
+                            bh = float(beta_hat["fedda"][i]) if auto else b
                         else:
-                            bb = b if rule == "fedgp" else float(optimal_beta_fedgp(sigma2, t2d2_i, m, db))
+                            bb = float(optimal_beta_fedgp(sigma2, t2d2_i, m, db)) if auto else b
                             formula = float(delta_fedgp(sigma2, d2_i, bb, db, tau2, m, g_norm2=g_norm2))
                             proj = ((1 - bb) ** 2 * sigma2 + bb**2 * db * t2d2_i + (2 * bb - bb**2) * pn
                                     + bb**2 * (1 - db) * g_norm2)
-                            bh = b if rule == "fedgp" else float(beta_hat["fedgp"][i])
+                            bh = float(beta_hat["fedgp"][i]) if auto else b
                         mean_i, se_i = float(mean[i]), float(se[i])
                         z = (mean_i - formula) / se_i if se_i > 1e-12 * max(1.0, abs(formula)) else (
                             0.0 if abs(mean_i - formula) <= 1e-9 * max(1.0, abs(formula)) else math.copysign(math.inf, mean_i - formula))
                         rows.append({
-                            **cell, "method": lab, "rule": rule, "beta": b, "beta_mc": float(bmc[i]),
+                            **cell, "method": gm.label, "rule": gm.name, "beta": b, "beta_mc": float(bmc[i]),
                             "beta_hat": bh, "delta_mc": mean_i, "delta_mc_stderr": se_i, "delta_formula": formula,
-                            "formula_kind": kind, "delta_projected": proj, "z_formula": z,
+                            "formula_kind": _formula_kind(gm), "delta_projected": proj, "z_formula": z,
                         })
                 bar.update(1)
             del G

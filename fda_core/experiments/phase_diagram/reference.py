@@ -14,7 +14,7 @@ from ...core.aggregation import fedda, fedgp
 from ...core.estimators import auto_beta
 from ...data.sigmoid_net import init_params, make_network
 from ...data.synthetic import SyntheticData
-from .selection import _AUTO_RULES, _BETA_RULES, RULES
+from .selection import resolve_methods
 
 __all__ = ["train_single"]
 
@@ -24,8 +24,8 @@ def train_single(
     *,
     shift_index: int,
     size_index: int,
-    rule: str,
-    beta: float = 0.5,
+    rule: Any,
+    beta: float | None = None,
     trial: int = 0,
     steps: int = 300,
     lr: float = 0.2,
@@ -36,19 +36,19 @@ def train_single(
 ) -> dict[str, Any]:
     """One training the plain way: ``nn.Sequential`` + autograd + ``torch.optim.SGD`` + the library rule.
 
-    The reference :func:`train_grid` is tested against (same data, θ0, subsets, parts and schedule).
+    The reference :func:`~fda_core.experiments.phase_diagram.train_grid` is tested against (same data, θ0,
+    subsets, parts and schedule). ``rule``: a method of the registry the synthetic trainer can run, by name,
+    spec or instance; ``beta``: the β of FedDA/FedGP (None: the method's own, from its spec or its default).
     Returns ``{"eval_steps", "test_loss" (E,), "beta_init", "beta_used", "theta" (final flat θ)}``.
     """
     from ...core.aggregation import source_only, target_only
 
-    if rule not in RULES:
-        raise ValueError(f"unknown rule {rule!r}; rule must be one of {list(RULES)}")
+    (method,) = resolve_methods([rule], None if beta is None else [beta])
+    kind, auto = method.gradient_rule, method.estimates_beta
     data._check_cell(size_index=size_index, trial=trial, shift_index=shift_index)
     steps = _check_int(steps, "steps", 1)
     eval_every = _check_int(eval_every, "eval_every", 1)
     n_parts = _check_int(n_parts, "n_parts", 2)
-    if rule in _BETA_RULES and not (0.0 <= beta <= 1.0):
-        raise ValueError(f"beta must lie in [0, 1], got {beta!r}")
     net = make_network(init_params(data, trial))
     params = list(net.parameters())
     opt = torch.optim.SGD(params, lr=lr, momentum=momentum)
@@ -57,7 +57,7 @@ def train_single(
     xt, yt = data.x[idx], data.y_target[idx]
     xs, ys = data.x, data.y_sources[shift_index]
     xte, yte = data.x[test], data.y_target[test]
-    k, auto = len(idx), rule in _AUTO_RULES
+    k = len(idx)
     q = k // n_parts
     if auto and q < 1:
         raise ValueError(f"auto rules need subsets of at least n_parts = {n_parts} points, got {k}")
@@ -68,24 +68,24 @@ def train_single(
 
     eval_at = set(range(0, steps + 1, eval_every)) | {steps}
     curve, betas_est = [], []
-    b = {"source_only": 1.0, "target_only": 0.0}.get(rule, beta)
+    b = {"source_only": 1.0, "target_only": 0.0}.get(kind, 0.5 if auto else method.beta)
     for step in range(steps + 1):
         if step in eval_at:
             with torch.no_grad():
                 curve.append(float(loss_fn(net(xte), yte)))
         if step == steps:
             break
-        g_t = grad_on(xt, yt) if rule != "source_only" else None
-        g_s = grad_on(xs, ys) if rule != "target_only" else None
+        g_t = grad_on(xt, yt) if kind != "source_only" else None
+        g_s = grad_on(xs, ys) if kind != "target_only" else None
         if auto and (step == 0 or (reestimate_every is not None and step % reestimate_every == 0)):
             parts = torch.stack([grad_on(xt[p * q:(p + 1) * q], yt[p * q:(p + 1) * q]) for p in range(n_parts)])
-            b = float(auto_beta(parts, g_s, rule=rule[: -len("_auto")]))
+            b = float(auto_beta(parts, g_s, rule=kind))
             betas_est.append(b)
-        if rule == "source_only":
+        if kind == "source_only":
             g = source_only(g_s.unsqueeze(0))
-        elif rule == "target_only":
+        elif kind == "target_only":
             g = target_only(g_t)
-        elif rule.startswith("fedda"):
+        elif kind == "fedda":
             g = fedda(g_s.unsqueeze(0), g_t, b)
         else:
             g = fedgp(g_s.unsqueeze(0), g_t, b)

@@ -8,17 +8,20 @@ from typing import Any
 
 import numpy as np
 
+from .selection import method_labels
+
 __all__ = ["GridResult", "grid_to_json", "grid_from_json"]
 
 
 @dataclass
 class GridResult:
-    """Result of :func:`train_grid`.
+    """Result of :func:`~fda_core.experiments.phase_diagram.train_grid`.
 
     Attributes:
         table: one row per (trial, shift level, subset size, method) — columns ``row`` (index into
-            ``curves``), ``trial``, ``shift_index``, ``shift``, ``size_index``, ``subset_size``, ``rule``,
-            ``beta`` (the fixed β of fedda/fedgp, NaN otherwise), ``method`` (``method_label``),
+            ``curves``), ``trial``, ``shift_index``, ``shift``, ``size_index``, ``subset_size``,
+            ``rule`` (the method's canonical name in the registry), ``beta`` (the fixed β of FedDA/FedGP, NaN
+            otherwise), ``method`` (the method's display label, ``"FedGP"``, ``"FedGP (β=0.2)"``),
             ``beta_used`` (β of the training: the fixed β; for auto rules the estimate at θ0, or the mean
             of the estimates with ``reestimate_every``; 1 for source only, 0 for target only),
             ``beta_init`` (auto: the estimate at θ0), ``initial_test_loss``, ``final_test_loss``,
@@ -27,8 +30,9 @@ class GridResult:
             target only at every shift level, source only at every subset size — share one).
         curves: (rows, E) target test MSE at ``eval_steps`` (after that many updates).
         eval_steps: (E,) the steps of the curve (0, eval_every, …, steps).
-        config: the arguments of the run.
-        timing: wall time, number of trainings run, chunk size, device.
+        config: the resolved arguments of the run (``rules``: the methods' specs, ``methods``: their labels).
+        timing: wall time, number of trainings run, chunk size, device (kept out of result tables:
+            :func:`fda_core.experiments.phase_diagram.runs.timing_table`).
     """
 
     table: Any
@@ -48,9 +52,11 @@ class GridResult:
         base["test_loss"] = self.curves.reshape(-1)
         return pd.DataFrame(base)
 
-    def curve(self, shift_index: int, size_index: int, method: str, trial: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """(eval_steps, losses) of one cell and method; losses (trials, E), or (E,) for one ``trial``."""
+    def curve(self, shift_index: int, size_index: int, method: Any, trial: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(eval_steps, losses) of one cell and method (display label, name or spec); losses (trials, E), or
+        (E,) for one ``trial``."""
         t = self.table
+        method = method_labels([method], t["method"].unique())[0]
         sel = (t["shift_index"] == shift_index) & (t["size_index"] == size_index) & (t["method"] == method)
         if trial is not None:
             sel &= t["trial"] == trial

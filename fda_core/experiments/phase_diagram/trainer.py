@@ -32,7 +32,7 @@ from ...core.estimators import auto_beta
 from ...data.sigmoid_net import N_HIDDEN, N_OUTPUTS, Workspace, batched_backward, batched_forward, batched_set_gradient, init_params
 from ...data.synthetic import SyntheticData
 from .result import GridResult
-from .selection import _AUTO_RULES, _BETA_RULES, RULES, grid_indices as _indices, method_label, resolve_methods as _methods
+from .selection import _KINDS, grid_indices as _indices, resolve_methods
 
 __all__ = ["train_grid", "auto_chunk_size"]
 
@@ -82,7 +82,7 @@ class _Trajectory:
 def _family_indices(kinds: list[str], device: torch.device) -> list[tuple[str, Tensor | None]]:
     """[(kind, index tensor or None when the kind covers the whole chunk)]."""
     out = []
-    for kind in ("source_only", "target_only", "fedda", "fedgp"):
+    for kind in _KINDS:
         idx = [i for i, k in enumerate(kinds) if k == kind]
         if idx:
             out.append((kind, None if len(idx) == len(kinds) else torch.tensor(idx, device=device)))
@@ -104,7 +104,7 @@ def _run_chunk(trajs: list[_Trajectory], data: SyntheticData, theta0: dict[int, 
     kinds = [t.kind for t in trajs]
     families = _family_indices(kinds, dev)
     beta = torch.tensor([t.beta for t in trajs], dtype=dt, device=dev)
-    auto_idx = {rule: [i for i, t in enumerate(trajs) if t.auto and t.kind == rule] for rule in _BETA_RULES}
+    auto_idx = {rule: [i for i, t in enumerate(trajs) if t.auto and t.kind == rule] for rule in ("fedda", "fedgp")}
     auto_idx = {r: torch.tensor(v, device=dev) for r, v in auto_idx.items() if v}
     beta_init = beta.clone()
     beta_sum = torch.zeros_like(beta)
@@ -215,7 +215,7 @@ def _run_chunk(trajs: list[_Trajectory], data: SyntheticData, theta0: dict[int, 
 def train_grid(
     data: SyntheticData,
     *,
-    rules: Sequence[str] = RULES,
+    rules: Sequence[Any] | None = None,
     betas: Sequence[float] = (0.5,),
     steps: int = 300,
     lr: float = 0.2,
@@ -255,7 +255,11 @@ def train_grid(
 
     Args:
         data: from :func:`make_phase_diagram_data`.
-        rules: among :data:`RULES`; ``fedda``/``fedgp`` run once per β of ``betas``.
+        rules: methods of the registry by name, spec or instance (default: every registered method with a
+            ``gradient_rule``, :func:`~fda_core.experiments.phase_diagram.selection.synthetic_methods`);
+            FedDA/FedGP given by name run once per β of ``betas`` (a spec such as ``"fedgp(beta=0.2)"`` runs
+            its own β). The table's ``method`` column holds each method's display label, ``rule`` its
+            canonical name and ``beta`` its fixed β (NaN for methods without one).
         steps, lr, momentum: optimiser (reference: 300, 0.2, 0.9).
         n_parts: B ≥ 2 target parts for the auto rules.
         reestimate_every: re-estimate auto β every this many steps (None: only at θ0).
@@ -276,7 +280,7 @@ def train_grid(
 
     if not isinstance(data, SyntheticData):
         raise ValueError(f"data must be a SyntheticData from make_phase_diagram_data, got {type(data).__name__}")
-    methods = _methods(rules, betas)
+    methods = resolve_methods(rules, betas)
     steps = _check_int(steps, "steps", 1)
     eval_every = _check_int(eval_every, "eval_every", 1)
     n_parts = _check_int(n_parts, "n_parts", 2)
@@ -298,7 +302,7 @@ def train_grid(
         chunk = auto_chunk_size(data.n_points, dev, dt)
     else:
         chunk = _check_int(chunk_size, "chunk_size", 1)
-    if any(r in _AUTO_RULES for r, _ in methods):
+    if any(gm.estimates_beta for gm in methods):
         small = [data.subset_sizes[j] for j in sizes if data.subset_sizes[j] < n_parts]
         if small:
             raise ValueError(f"n_parts = {n_parts} is larger than the subset sizes {small} (auto rules need k >= n_parts)")
@@ -311,9 +315,8 @@ def train_grid(
     for t in trials_:
         for s in shifts:
             for j in sizes:
-                for rule, b in methods:
-                    auto = rule in _AUTO_RULES
-                    kind = rule[: -len("_auto")] if auto else rule
+                for gm in methods:
+                    auto, kind, b = gm.estimates_beta, gm.gradient_rule, gm.beta
                     if kind == "source_only":
                         key = ("S", t, s) if dedupe else ("row", len(rows))
                         traj = _Trajectory(t, kind, s, -1, 1.0, False)
@@ -333,8 +336,8 @@ def train_grid(
                     row_slot.append((ti, tr.eval_sizes.index(j)))
                     rows.append({
                         "row": len(rows), "trial": t, "shift_index": s, "shift": float(data.shift_levels[s]),
-                        "size_index": j, "subset_size": data.subset_sizes[j], "rule": rule, "beta": b,
-                        "method": method_label(rule, b), "trajectory": ti,
+                        "size_index": j, "subset_size": data.subset_sizes[j], "rule": gm.name, "beta": b,
+                        "method": gm.label, "trajectory": ti,
                     })
 
     # chunks: one kind of training each, sorted by subset size (little padding), then trial and shift
@@ -384,7 +387,8 @@ def train_grid(
             "beta_used", "beta_init", "initial_test_loss", "final_test_loss", "min_test_loss", "diverged", "trajectory"]
     table = table[cols]
     config = {
-        "rules": list(rules), "betas": [float(b) for b in betas] if betas is not None else None, "steps": steps,
+        "rules": [gm.spec for gm in methods], "methods": [gm.label for gm in methods],
+        "betas": [float(b) for b in betas] if betas is not None else None, "steps": steps,
         "lr": float(lr), "momentum": float(momentum), "n_parts": n_parts, "reestimate_every": reestimate_every,
         "eval_every": eval_every, "trials": trials_, "shift_indices": shifts, "size_indices": sizes,
         "n_points": data.n_points, "shift_levels": [float(v) for v in data.shift_levels],
