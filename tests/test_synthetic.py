@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+from fda_core.core.estimators import per_sample_gradients, unit_directions
 from fda_core.data import sigmoid_net as N
 from fda_core.experiments import phase_diagram as S
 from fda_core.experiments.phase_diagram import trainer as T
@@ -76,9 +77,22 @@ def test_network_matches_nn_module_and_autograd(small):
     assert float(N.mse_loss(theta, x, y)) == pytest.approx(loss.item(), rel=1e-12)
     ref = torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, list(net.parameters()))])
     assert torch.allclose(N.full_gradients(theta, x, y), ref, atol=1e-12)
-    assert torch.allclose(N.per_sample_gradients(theta, x, y).mean(0), ref, atol=1e-12)
+    # the package's per-sample gradients of the network as an nn.Module (per-point loss (1/10)‖f(x_i) − y_i‖²)
+    assert torch.allclose(per_sample_gradients(net, nn.MSELoss(), x, y).mean(0), ref, atol=1e-12)
     stacked = torch.stack([theta, S.init_params(small, 0)])
     assert torch.allclose(N.full_gradients(stacked, x, y)[0], ref, atol=1e-12)
+
+
+def test_unit_directions():
+    """The one unit-direction helper (core.estimators; used by estimate_deltas, the estimator checks and
+    init_metrics): x/‖x‖ along a dimension, 0 for a zero vector."""
+    x = torch.tensor([[3.0, 4.0], [0.0, 0.0], [0.0, -2.0]], dtype=F64)
+    u = unit_directions(x)
+    assert torch.equal(u, torch.tensor([[0.6, 0.8], [0.0, 0.0], [0.0, -1.0]], dtype=F64))
+    assert torch.equal(unit_directions(x.T, dim=0), u.T)
+    assert torch.equal(unit_directions(torch.zeros(3)), torch.zeros(3))  # no direction, no NaN
+    g = torch.randn(4, 7, 5, dtype=F64)
+    assert torch.allclose(torch.linalg.vector_norm(unit_directions(g), dim=-1), torch.ones(4, 7, dtype=F64))
 
 
 # --------------------------------------------------------------------------------------------- training

@@ -22,7 +22,15 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-__all__ = ["estimate_deltas", "auto_beta", "split_parts", "part_gradients", "per_sample_gradients"]
+__all__ = ["unit_directions", "estimate_deltas", "auto_beta", "split_parts", "part_gradients", "per_sample_gradients"]
+
+
+def unit_directions(x: Tensor, dim: int = -1) -> Tensor:
+    """The unit directions u = x/‖x‖ along ``dim`` (e.g. of each row of an (N, m) tensor of source
+    gradients), with u = 0 where ‖x‖ = 0: a zero vector has no direction, so its projection is 0 (as in
+    FedGP) and P⊥ = I − u uᵀ leaves everything unchanged."""
+    norms = torch.linalg.vector_norm(x, dim=dim, keepdim=True)
+    return torch.where(norms > 0, x / torch.where(norms > 0, norms, torch.ones_like(norms)), torch.zeros_like(x))
 
 
 def _check_inputs(part_grads: Tensor, source_grads: Tensor) -> tuple[Tensor, Tensor, bool]:
@@ -90,8 +98,7 @@ def estimate_deltas(part_grads: Tensor, source_grads: Tensor) -> dict[str, Tenso
     sigma2 = s2 / b  # σ̂² = s²/B
     d2 = (gbar.unsqueeze(-2) - src).square().sum(dim=-1) - sigma2.unsqueeze(-1)  # d̂² = ‖ḡ − g_S‖² − σ̂²
 
-    norms = torch.linalg.vector_norm(src, dim=-1, keepdim=True)
-    u = torch.where(norms > 0, src / torch.where(norms > 0, norms, torch.ones_like(norms)), torch.zeros_like(src))
+    u = unit_directions(src)
     gbar_u = torch.matmul(u, gbar.unsqueeze(-1)).squeeze(-1)  # ⟨ḡ, u⟩ (*batch, N)
     perp_gbar = gbar.square().sum(dim=-1, keepdim=True) - gbar_u.square()  # ‖P⊥ ḡ‖²
     dev_u = torch.matmul(dev, u.transpose(-1, -2))  # ⟨g_j − ḡ, u⟩ (*batch, B, N)

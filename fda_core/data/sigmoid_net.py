@@ -36,7 +36,6 @@ __all__ = [
     "predict",
     "mse_loss",
     "full_gradients",
-    "per_sample_gradients",
     "Workspace",
     "batched_forward",
     "batched_backward",
@@ -209,20 +208,3 @@ def full_gradients(theta: Tensor, x: Tensor, y: Tensor, weights: Tensor | None =
         return g[0] if single else g
     return g
 
-
-def per_sample_gradients(theta: Tensor, x: Tensor, y: Tensor, *, chunk: int = 4096) -> Tensor:
-    """Gradient (n, m) of the loss of every single point, (1/10)‖f(x_i) − y_i‖² (so the mean of any
-    set of rows is the MSE gradient on that set). θ (m,), x (n, 50), y (n, 10)."""
-    W1, b1, W2, b2 = param_views(theta)
-    out_rows = []
-    for a in range(0, x.shape[0], chunk):
-        xb, yb = x[a:a + chunk], y[a:a + chunk]
-        h = torch.sigmoid(xb @ W1.T + b1)  # (c, 100)
-        dout = (2.0 / N_OUTPUTS) * (h @ W2.T + b2 - yb)  # (c, 10)
-        dz = (dout @ W2) * h * (1.0 - h)  # (c, 100)
-        rows = torch.cat([
-            (dz.unsqueeze(2) * xb.unsqueeze(1)).reshape(xb.shape[0], -1), dz,
-            (dout.unsqueeze(2) * h.unsqueeze(1)).reshape(xb.shape[0], -1), dout,
-        ], dim=1)
-        out_rows.append(rows)
-    return torch.cat(out_rows)

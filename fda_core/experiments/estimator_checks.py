@@ -43,7 +43,7 @@ from torch import Tensor
 from ..common.checks import check_int
 from ..common.seeding import derive_seed
 from ..core import theory
-from ..core.estimators import auto_beta, estimate_deltas
+from ..core.estimators import auto_beta, estimate_deltas, unit_directions
 from ..core.known_gradients import GaussianGradientModel, KnownGradientModel
 
 __all__ = [
@@ -211,8 +211,7 @@ def gaussian_estimator_std(model: KnownGradientModel, B: int, n: int | None = No
     for g_s in src:
         delta = g_t - g_s
         d2_var.append(4 * float((delta.square() * s).sum()) + 2 * tr2 * B / (B - 1))
-        nrm = torch.linalg.vector_norm(g_s)
-        u = g_s / nrm if nrm > 0 else torch.zeros_like(g_s)
+        u = unit_directions(g_s)
         sig = torch.diag(s)
         proj = torch.eye(len(s), dtype=torch.float64) - torch.outer(u, u)
         sig_p = proj @ sig @ proj

@@ -14,14 +14,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ...common.checks import check_int as _check_int
 from ...common.devices import resolve_device
 from ...common.seeding import generator as _generator
 from ...core.aggregation import fedda, fedgp
-from ...core.estimators import auto_beta, estimate_deltas
-from ...data.sigmoid_net import N_PARAMS, full_gradients, init_params, per_sample_gradients
+from ...core.estimators import auto_beta, estimate_deltas, per_sample_gradients, unit_directions
+from ...data.sigmoid_net import N_PARAMS, full_gradients, init_params, make_network
 from ...data.synthetic import SEED_TAGS, SyntheticData
 from .selection import GridMethod, grid_indices as _indices, resolve_methods
 
@@ -92,7 +92,8 @@ def init_metrics(
     (registry names or specs; the ``method`` column holds their display labels, ``rule`` the canonical
     names).
 
-    Per-sample gradients (n, m) of the target set are formed once per trial (n·m numbers in ``dtype``),
+    Per-sample gradients (n, m) of the target set (:func:`fda_core.core.estimators.per_sample_gradients`
+    of the network as an ``nn.Module``) are formed once per trial (n·m numbers in ``dtype``),
     the subset and part gradients are weight-matrix products with them.
 
     Returns:
@@ -125,7 +126,9 @@ def init_metrics(
     try:
         for t in trials_:
             theta0 = init_params(data, t)
-            G = per_sample_gradients(theta0, data.x, data.y_target)  # (n, m)
+            # per-point loss (1/10)‖f(x_i) − y_i‖² (nn.MSELoss over one point's 10 outputs), so the mean of
+            # any set of rows is the MSE gradient on that set
+            G = per_sample_gradients(make_network(theta0), nn.MSELoss(), data.x, data.y_target)  # (n, m)
             g_t = G.mean(0)
             pop_var = float((G - g_t).square().sum(1).mean())
             ys = data.y_sources[shifts]
@@ -134,8 +137,7 @@ def init_metrics(
             for i, eq in enumerate(same):
                 if eq:  # the unshifted level IS the target set: d = 0 exactly, not rounding noise
                     g_s[i] = g_t
-            s_norm = torch.linalg.vector_norm(g_s, dim=1, keepdim=True)
-            u = torch.where(s_norm > 0, g_s / torch.where(s_norm > 0, s_norm, torch.ones_like(s_norm)), torch.zeros_like(g_s))
+            u = unit_directions(g_s)  # (S, m)
             d2 = (g_t - g_s).square().sum(1)
             tau2d2 = (g_t - (u @ g_t).unsqueeze(1) * u).square().sum(1)
             tau2d2 = torch.where(d2 > 0, torch.minimum(tau2d2, d2), torch.zeros_like(d2))
