@@ -421,7 +421,9 @@ def run_many(configs: Iterable[Mapping[str, Any]], *, store: Any = None, experim
     revisions: dict[str, str] = {}
     for c, lab in zip(resolved, labels):
         key = store_key(c)
-        rev = revisions.setdefault(c["rule"], code_revision_of(c["rule"])) if store is not None else None
+        if store is not None and c["rule"] not in revisions:
+            revisions[c["rule"]] = code_revision_of(c["rule"])
+        rev = revisions.get(c["rule"])
         res = store.load(experiment, key, rev) if store is not None else None
         if res is None:
             res = run_experiment(**c)

@@ -617,12 +617,13 @@ def method_class(name: str) -> type[Method]:
     raise ValueError(f"unknown method {name!r}; rule must be one of {allowed}")
 
 
-def get_method(name: str, **options: Any) -> Method:
+def get_method(name: str | Mapping[str, Mapping[str, Any]], **options: Any) -> Method:
     """A fresh instance of method ``name`` with ``options`` (validated: ValueError names the option).
 
-    ``name`` may also be a spec string, ``"fedgp(beta=1.0)"`` (see :func:`parse_method_spec`), or a
+    ``name`` may also be a spec string, ``"fedgp(beta=1.0)"``, or ``{"fedgp": {"beta": 1.0}}`` (see
+    :func:`parse_method_spec`), or a
     former name (``"fedgp_cosine"`` → ``fedgp`` with ``projection="cosine"``)."""
-    if isinstance(name, str) and "(" in name:
+    if isinstance(name, Mapping) or (isinstance(name, str) and "(" in name):
         name, parsed = parse_method_spec(name)
         options = {**parsed, **options}
     if isinstance(name, str) and name in METHOD_ALIASES:
@@ -635,9 +636,18 @@ def get_method(name: str, **options: Any) -> Method:
     return method_class(name)(**options)
 
 
-def parse_method_spec(spec: str) -> tuple[str, dict[str, Any]]:
+def parse_method_spec(spec: str | Mapping[str, Mapping[str, Any]]) -> tuple[str, dict[str, Any]]:
     """``"fedgp"`` → ("fedgp", {}); ``"fedgp(beta=1, projection='cosine')"`` → ("fedgp", {"beta": 1,
-    "projection": "cosine"}). Values are Python literals. ValueError names the malformed spec."""
+    "projection": "cosine"}); the mapping form ``{"fedgp": {"beta": 1}}`` (what a notebook parameter or a
+    YAML file can hold without '=' signs) → ("fedgp", {"beta": 1}). Values are Python literals.
+    ValueError names the malformed spec."""
+    if isinstance(spec, Mapping):
+        if len(spec) == 1:
+            (name, opts), = spec.items()
+            if isinstance(name, str) and isinstance(opts, Mapping):
+                return name, dict(opts)
+        raise ValueError(f"malformed method spec {spec!r}: a mapping spec has one key, the method's name, "
+                         "and a mapping of options, e.g. {'fedgp': {'beta': 1.0}}")
     if not isinstance(spec, str):
         raise ValueError(f"a method spec must be a string such as 'fedgp' or 'fedgp(beta=1)', got {spec!r}")
     try:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["results_table", "summary_table", "beta_table", "timings_table"]
+__all__ = ["results_table", "summary_table", "beta_table", "timings_table", "setting_note"]
 
 
 def results_table(results: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
@@ -80,3 +80,38 @@ def timings_table(results: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
                           "method": res.get("labels", {}).get("method", res.get("method")),
                           "seed": res["config"]["seed"], "seconds": res["seconds"], "device": res.get("device")}
                          for res in results])
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}: {_fmt(v)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+def setting_note(results: Sequence[Mapping[str, Any]], *, paper: str = "") -> str:
+    """The setting of a set of runs, generated from the resolved configs that actually ran (so a CSV's note
+    can never describe other settings than its numbers'): the number of runs; the config keys that are
+    the same for every run; the keys that vary, with their values; each method's spec; and ``paper`` (how
+    the papers' setting differs) on a last line. Wall-clock times are not included."""
+    if not results:
+        return "no runs" + (f"\n{paper}" if paper else "")
+    configs = [dict(r["config"]) for r in results]
+    keys = list(dict.fromkeys(k for c in configs for k in c if k not in ("device", "rule", "method_options")))
+    same, varying = [], []
+    for k in keys:
+        values = [_fmt(c.get(k)) for c in configs]
+        distinct = list(dict.fromkeys(values))
+        (same if len(distinct) == 1 else varying).append((k, distinct))
+    methods = list(dict.fromkeys(f"{r.get('method', r['config']['rule'])} = {r['config']['rule']}"
+                                 f"{_fmt(r['config']['method_options']) if r['config']['method_options'] else ''}"
+                                 for r in results))
+    lines = [f"{len(results)} runs of the federated loop (fda_core.experiments.federated), config as resolved:",
+             "same for every run: " + ", ".join(f"{k}={v[0]}" for k, v in same)]
+    if varying:
+        lines.append("varies: " + "; ".join(f"{k} in [{', '.join(v)}]" for k, v in varying))
+    lines.append("methods: " + "; ".join(methods))
+    if paper:
+        lines.append(paper)
+    return "\n".join(lines)

@@ -20,7 +20,7 @@ from ..experiments.methods import get_method, list_methods
 
 __all__ = ["method_color", "method_display", "set_style", "save_figure", "plot_phase_diagram", "plot_delta_curves",
            "theory_panels", "plot_mc_vs_formula", "plot_cell_grid",
-           "plot_training_curves", "plot_method_bars", "plot_beta_curves", "plot_accuracy_vs_shift"]
+           "plot_training_curves", "plot_method_bars", "plot_beta_curves", "plot_beta_grid", "plot_accuracy_vs_shift"]
 
 #: One colour per method (canonical name), shared by every figure; variants of a method that tables show
 #: side by side get their own (keyed by spec). Labels always come from the method registry.
@@ -309,18 +309,38 @@ def plot_beta_curves(betas: pd.DataFrame, ax: plt.Axes | None = None, title: str
     return ax
 
 
+def plot_beta_grid(betas: pd.DataFrame, *, rows: str = "rule", cols: str = "target") -> plt.Figure:
+    """Auto-β per source per round (:func:`plot_beta_curves`) in a grid: one panel per value of ``rows``
+    (e.g. the auto rule) × ``cols`` (e.g. the target domain). ``betas`` is a
+    :func:`fda_core.experiments.tables.beta_table`. Returns the figure."""
+    row_vals, col_vals = list(dict.fromkeys(betas[rows])), list(dict.fromkeys(betas[cols]))
+    fig, axes = plt.subplots(len(row_vals), len(col_vals), figsize=(3.4 * len(col_vals), 2.6 * len(row_vals)),
+                             squeeze=False, sharey=True)
+    for i, rv in enumerate(row_vals):
+        for j, cv in enumerate(col_vals):
+            sub = betas[(betas[rows] == rv) & (betas[cols] == cv)]
+            plot_beta_curves(sub, ax=axes[i, j], title=f"{method_display(rv)}, {cols} {cv}")
+    fig.tight_layout()
+    return fig
+
+
 def plot_accuracy_vs_shift(table: pd.DataFrame, x: str, *, value: str = "final_acc", methods: list[str] | None = None,
-                           ax: plt.Axes | None = None, invert: bool = False) -> plt.Axes:
-    """Mean ± std target accuracy of each method against a shift parameter ``x`` (FedGP paper Fig. 3)."""
+                           ax: plt.Axes | None = None, invert: bool = False, hue: str = "method",
+                           log_x: bool = False) -> plt.Axes:
+    """Mean ± std target accuracy against a shift parameter ``x`` (FedGP paper Fig. 3), one line per value
+    of ``hue`` (default the method's display label; e.g. ``"rule"`` for a β sweep), in ``methods`` order."""
     ax = ax or plt.gca()
-    methods = methods or list(dict.fromkeys(table["method"]))
+    methods = methods or list(dict.fromkeys(table[hue]))
     for mth in methods:
-        g = table[table["method"] == mth].groupby(x)[value]
+        g = table[table[hue] == mth].groupby(x)[value]
         mean, std = g.mean(), g.std(ddof=1).fillna(0.0)
-        ax.errorbar(mean.index, mean.values, yerr=std.values, marker="o", ms=4, capsize=2, label=mth,
-                    color=method_color(mth), ls="--" if mth.endswith("Auto") else "-")
+        m = _method(mth)
+        ax.errorbar(mean.index, mean.values, yerr=std.values, marker="o", ms=4, capsize=2, label=method_display(mth),
+                    color=method_color(mth), ls="--" if m is not None and m.estimates_beta else "-")
     ax.set_xlabel(x)
     ax.set_ylabel("target accuracy (%)")
+    if log_x:
+        ax.set_xscale("log")
     if invert:
         ax.invert_xaxis()
     ax.legend(fontsize=7, ncol=2)

@@ -1,0 +1,154 @@
+"""Reports: one call per comparison of federated methods, from the runs to the saved table and figure.
+
+Notebooks 04 and 05 compare methods over a grid of settings again and again; each comparison is the same
+sequence — configs for every (variant × target × method × seed), the runs through the result store,
+the per-run table, mean ± std over trials, the papers' numbers beside ours, the CSV with a setting note
+generated from the configs that ran, a figure, and the wall-clock timings kept apart — so it is one
+call here, :func:`compare_methods`, returning a :class:`Comparison` for the notebook to display.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from ..common.files import write_table, write_timings
+from ..common.store import ResultStore
+from ..experiments.federated import run_many, sweep_configs
+from ..experiments.methods import get_method
+from ..experiments.paper_numbers import beside_paper, paper_setting, paper_table
+from ..experiments.tables import beta_table, results_table, setting_note, summary_table, timings_table
+from ..viz.plotting import plot_accuracy_vs_shift, plot_beta_grid, plot_method_bars, save_figure
+
+__all__ = ["Comparison", "compare_methods", "auto_beta_report"]
+
+
+@dataclass
+class Comparison:
+    """The outcome of :func:`compare_methods`.
+
+    Attributes:
+        results: the run results (``run_experiment`` dicts with their ``labels``).
+        runs: one row per run (:func:`fda_core.experiments.tables.results_table`).
+        formatted: mean (std) over trials per method and value of ``across`` (strings, for display).
+        means, stds: the same as numbers.
+        table: what the CSV holds: the means beside the paper's numbers (``paper <column>`` columns), or
+            the rounded means when there is no paper table.
+        note: the setting note written into the CSVs (generated from the resolved configs).
+        figure: the matplotlib figure (None without ``plot``); ``files``: the files written.
+        store_summary: how many runs were reused from the result store, from which code revision.
+    """
+
+    results: list[dict[str, Any]]
+    runs: pd.DataFrame
+    formatted: pd.DataFrame
+    means: pd.DataFrame
+    stds: pd.DataFrame
+    table: pd.DataFrame
+    note: str
+    figure: Any = None
+    files: list[Path] = field(default_factory=list)
+    store_summary: str = ""
+
+    def __repr__(self) -> str:
+        return f"<Comparison of {len(self.results)} runs: {list(self.means.index)} × {list(self.means.columns)}>"
+
+
+def compare_methods(
+    methods: Sequence[str],
+    base: Mapping[str, Any],
+    *,
+    across: str,
+    experiment: str,
+    store: ResultStore | str | None = None,
+    targets: Sequence[Any] = (None,),
+    seeds: Sequence[int] = (0,),
+    variants: Sequence[Mapping[str, Any]] = ({},),
+    by: str = "method",
+    average: bool = True,
+    paper: str | None = None,
+    note: str = "",
+    out_dir: str | Path | None = None,
+    table_name: str | None = None,
+    figure_name: str | None = None,
+    plot: str | None = None,
+    title: str | None = None,
+    log_x: bool = False,
+    invert_x: bool = False,
+    timings_stem: str | None = None,
+    progress: bool = True,
+) -> Comparison:
+    """Run every (variant × target × method × seed) through the result store and report it.
+
+    Args:
+        methods: method specs from the registry (``"fedgp"``, ``"fedgp(beta=1.0)"``); rows in this order.
+        base: config shared by every run (:data:`fda_core.experiments.federated.DEFAULT_CONFIG` keys).
+        across: the table's columns: a config or label column that varies (``"target"``, ``"noise_std"``,
+            ``"eta"``, ``"beta"``, ...).
+        experiment: the result store's folder for these runs.
+        store: a :class:`ResultStore`, a folder, or None (no store).
+        targets, seeds, variants: the grid (:func:`fda_core.experiments.federated.sweep_configs`).
+        by: the table's rows: ``"method"`` (display labels) or another label column (e.g. ``"rule"``).
+        average: keep the ``Avg`` column (mean over the columns).
+        paper: the name of a published table (:mod:`fda_core.experiments.paper_numbers`) put beside ours.
+        note: more lines for the CSV notes (e.g. the data's description), after the setting generated from the
+            resolved configs; with ``paper`` the published table's source and setting follow.
+        out_dir, table_name, figure_name: write ``<table_name>.csv`` (the table) and ``<figure_name>.png/
+            .pdf/.csv`` (the figure and the per-run table) into ``out_dir``.
+        plot: ``"bars"`` (grouped bars per value of ``across``, the paper's numbers as ticks), ``"lines"``
+            (accuracy against ``across``, one line per row), or None.
+        timings_stem: write the runs' wall-clock seconds to ``executed/timings/<timings_stem>/<name>.csv``
+            (never into the result CSVs).
+    """
+    configs, labels = sweep_configs(base, methods, targets=targets, seeds=seeds, variants=variants)
+    if store is not None and not isinstance(store, ResultStore):
+        store = ResultStore(store)
+    results = run_many(configs, store=store, experiment=experiment, labels=labels, progress=progress)
+    runs = results_table(results)
+    order = list(dict.fromkeys(get_method(m).display_label for m in methods)) if by == "method" else None
+    formatted, means, stds = summary_table(runs, by=(by,), across=across, order=order)
+    if not average:
+        formatted, means, stds = formatted.drop(columns="Avg"), means.drop(columns="Avg"), stds.drop(columns="Avg")
+    table = beside_paper(means, paper) if paper else means.round(2)
+    extra = "\n".join(x for x in (note, paper_setting(paper) if paper else "") if x)
+    note = setting_note(results, paper=extra)
+    comparison = Comparison(results, runs, formatted, means, stds, table, note,
+                            store_summary=store.summary(experiment) if store is not None else "no result store")
+    if plot is not None:
+        fig, ax = plt.subplots(figsize=(9, 3.8) if plot == "bars" else (6.5, 4))
+        if plot == "bars":
+            plot_method_bars(runs, across=across, methods=order, ax=ax, paper=paper_table(paper) if paper else None)
+        elif plot == "lines":
+            plot_accuracy_vs_shift(runs, across, methods=order, hue=by, ax=ax, invert=invert_x, log_x=log_x)
+        else:
+            raise ValueError(f"plot must be 'bars', 'lines' or None, got {plot!r}")
+        if title:
+            ax.set_title(title, fontsize=10)
+        comparison.figure = fig
+    if out_dir is not None:
+        out = Path(out_dir)
+        if table_name:
+            comparison.files.append(write_table(out / f"{table_name}.csv", table.reset_index(names=by), note))
+        if figure_name and comparison.figure is not None:
+            comparison.files += save_figure(comparison.figure, out, figure_name, runs, note)
+    if timings_stem:
+        write_timings(timings_stem, table_name or figure_name or experiment, timings_table(results))
+    return comparison
+
+
+def auto_beta_report(comparison: Comparison, *, out_dir: str | Path | None = None, figure_name: str | None = None,
+                     cols: str = "target") -> pd.DataFrame:
+    """The β per source and round of the runs of a comparison whose method estimates β (auto-weighted paper
+    App. C.4, Fig. 5–6): the long table (:func:`fda_core.experiments.tables.beta_table`), and a grid of
+    curves (auto rule × ``cols``) saved as ``<figure_name>`` with a note generated from those runs."""
+    auto = [r for r in comparison.results if get_method(r["config"]["rule"]).estimates_beta]
+    betas = beta_table(auto)
+    if out_dir is not None and figure_name and len(betas):
+        fig = plot_beta_grid(betas, rows="rule", cols=cols)
+        save_figure(fig, Path(out_dir), figure_name, betas, "Auto beta per source per round.\n" + setting_note(auto))
+    return betas
