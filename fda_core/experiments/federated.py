@@ -34,6 +34,7 @@ from torch import Tensor
 from ..common.checks import is_int as _is_int
 from ..common.checks import is_number as _is_num
 from ..common.devices import resolve_device
+from ..common.seeding import generator
 from .flat import FlatAdam, FlatModel, accuracy, count_steps, local_train
 from .methods import ClientInfo, Method, RoundInfo, RoundResults, get_method
 
@@ -156,9 +157,11 @@ def sweep_configs(base: Mapping[str, Any], methods: Sequence[str], *, targets: S
 # ---------------------------------------------------------------------------------------------
 # One run
 # ---------------------------------------------------------------------------------------------
-def _generator(seed: int, *keys: int) -> torch.Generator:
-    """A CPU generator seeded from (seed, keys): independent streams per (round, client)."""
-    return torch.Generator().manual_seed(hash((seed,) + keys) % (2 ** 63))
+#: Seed streams of a run (:func:`fda_core.common.seeding.generator`): one per purpose, then per round and client.
+_STREAM_CLIENT, _STREAM_SOURCE_SUBSET = 1, 2
+#: Who trains in a client stream: a source (with its index), the target on its labelled samples, the target on
+#: its whole train split (Oracle).
+_SOURCE, _TARGET, _TARGET_TRAIN = 0, 1, 2
 
 
 def _prepare(c: dict[str, Any], dataset: Any = None):
@@ -180,7 +183,7 @@ def _prepare(c: dict[str, Any], dataset: Any = None):
         "x_test": xt[test].to(device), "y_test": yt[test].to(device),
     }
     sources = []
-    g = torch.Generator().manual_seed(c["seed"] + 7919)
+    g = generator(c["seed"], _STREAM_SOURCE_SUBSET)
     for i in range(len(ds)):
         if i == t:
             continue
@@ -234,15 +237,16 @@ class Run:
         self._loss = (lambda client: (lambda module, x, y: method.local_loss(module, x, y, client))) if custom else None
 
     # -- what clients do -------------------------------------------------------------------------
-    def _train(self, x: Tensor, y: Tensor, *, epochs: int, batch_size: int, lr: float, key: tuple[int, ...],
+    def _train(self, x: Tensor, y: Tensor, *, epochs: int, batch_size: int, lr: float, key: tuple[int, int, int],
                who: str, client: ClientInfo, parts: Tensor | None = None, reset_optimizer: bool = True) -> int:
+        """Train from the global model; ``key`` = (round, role, index) names the client's mini-batch stream."""
         fm = self.model
         fm.flat.copy_(self.theta)
         fm.load_buffers(self.buffers)
         if reset_optimizer:
             self.optimizer.reset()
         return local_train(fm, self.optimizer, x, y, epochs=epochs, batch_size=batch_size, lr=lr,
-                           gen=_generator(self.config["seed"], *key), parts=parts, who=who,
+                           gen=generator(self.config["seed"], _STREAM_CLIENT, *key), parts=parts, who=who,
                            loss_fn=self._loss(client) if self._loss else None)
 
     def train_target(self, *, epochs: int, lr: float, step: int, reset_optimizer: bool = True,
@@ -253,7 +257,7 @@ class Run:
         c = self.config
         client = ClientInfo("target", 0, self.target_name, 0)
         steps = self._train(self.target["x_lab"], self.target["y_lab"], epochs=epochs, batch_size=c["target_batch_size"],
-                            lr=lr, key=(step, -1), who=who, client=client, reset_optimizer=reset_optimizer)
+                            lr=lr, key=(step, _TARGET, 0), who=who, client=client, reset_optimizer=reset_optimizer)
         self.theta.copy_(self.model.flat)
         self.buffers = self.model.buffers()
         return steps
@@ -286,7 +290,7 @@ class Run:
         if plan.sources:
             for i, s in enumerate(self.sources):
                 src_steps.append(self._train(s["x"], s["y"], epochs=c["local_epochs"], batch_size=c["source_batch_size"],
-                                             lr=lr_s, key=(r, i), who=f"source client {s['name']!r}, round {r}",
+                                             lr=lr_s, key=(r, _SOURCE, i), who=f"source client {s['name']!r}, round {r}",
                                              client=ClientInfo("source", i, s["name"], r)))
                 torch.sub(fm.flat, self.theta, out=self._source_updates[i])  # g_i = h_i^(r) − h^(r-1)
                 src_bufs.append(fm.buffers())
@@ -304,7 +308,7 @@ class Run:
                     self._parts = torch.empty(n_parts, fm.m, device=self.device, dtype=fm.flat.dtype)
                 parts = self._parts
             steps_t = self._train(x, y, epochs=epochs, batch_size=batch, lr=lr_t_used,
-                                  key=(r, -1) if tt.data == "labeled" else (r, -2),
+                                  key=(r, _TARGET, 0) if tt.data == "labeled" else (r, _TARGET_TRAIN, 0),
                                   who=f"target client, round {r}" if tt.data == "labeled" else "oracle",
                                   client=ClientInfo("target", 0, self.target_name, r), parts=parts)
             torch.sub(fm.flat, self.theta, out=self._target_update)  # g_T = h_T^(r) − h^(r-1)
