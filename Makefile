@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed-stamp
 PIPQ   := 2>&1 | { grep -v "is neither a file nor a directory" || true; }; test $${PIPESTATUS[0]} -eq 0
 SHELL  := /bin/bash
 
-.PHONY: setup figures test test-fast benchmark clean
+.PHONY: setup figures check-figures test test-fast benchmark clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,11 @@ setup: $(STAMP)
 ## main job: execute all notebooks (default parameters) -> executed/ and figures/
 figures: setup
 	$(VENV)/bin/fda run all --out executed
+
+## regenerate every figure recomputing every run, then check the result CSVs are byte-identical to the committed ones
+check-figures: setup
+	$(VENV)/bin/fda run all --out executed -p recompute true
+	git diff --exit-code --stat -- 'figures/*.csv'
 
 ## tests (unit, property, Monte-Carlo, CLI, notebooks)
 test: setup

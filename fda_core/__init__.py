@@ -25,6 +25,11 @@ _PUBLIC = {
         "source_only", "target_only", "fedda", "fedgp", "fedgp_cosine", "fedda_auto", "fedgp_auto", "get_rule",
         "list_rules")},
     **{name: "fda_core.core.estimators" for name in ("estimate_deltas", "auto_beta", "part_gradients")},
+    **{name: "fda_core.experiments.methods" for name in (
+        "Method", "FDAMethod", "get_method", "list_methods", "register_method", "method_label")},
+    **{name: "fda_core.experiments.federated" for name in ("run_experiment", "run_many")},
+    "get_dataset": "fda_core.data.datasets",
+    "get_model": "fda_core.data.models",
 }
 
 __all__ = ["__version__", *_PUBLIC]
