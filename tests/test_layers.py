@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from fda_core.common.provenance import imports_of
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "fda_core"
 LAYERS = ["common", "core", "data", "experiments", "viz", "workbook"]
@@ -37,25 +39,17 @@ def _module_name(path: Path) -> list[str]:
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:
-    """(line, absolute dotted name) of every import in ``path`` (relative imports resolved)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    name = _module_name(path)
-    package = name if path.name == "__init__.py" else name[:-1]
-    out = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            out += [(node.lineno, a.name) for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package[: len(package) - (node.level - 1)]
-                mod = ".".join(base + ([node.module] if node.module else []))
-            else:
-                mod = node.module or ""
-            if mod == "fda_core" or (node.level and not node.module):
-                out += [(node.lineno, f"{mod}.{a.name}") for a in node.names]  # from . import x
-            else:
-                out.append((node.lineno, mod))
-    return out
+    """(line, absolute dotted name) of every import in ``path`` (relative imports resolved), without the
+    ``package.name`` guesses for names imported from a package that are not modules."""
+    name = ".".join(_module_name(path))
+    found = imports_of(path, name)
+    return [(line, dotted) for line, dotted in found
+            if dotted.split(".")[0] != "fda_core" or _is_module(dotted) or (line, dotted.rsplit(".", 1)[0]) not in found]
+
+
+def _is_module(dotted: str) -> bool:
+    base = ROOT.joinpath(*dotted.split("."))
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
 
 
 def _layer(dotted: str) -> str | None:

@@ -21,7 +21,7 @@ import inspect
 from pathlib import Path
 from typing import Any
 
-__all__ = ["code_revision", "import_closure", "object_revision"]
+__all__ = ["code_revision", "import_closure", "imports_of", "object_revision"]
 
 _PACKAGE = "fda_core"
 _ROOT = Path(__file__).resolve().parents[1]  # the fda_core/ folder
@@ -39,23 +39,32 @@ def _path_of(module: str) -> Path | None:
     return None
 
 
-def _imports(path: Path, module: str) -> set[str]:
-    """Dotted names of the fda_core modules ``path`` imports (relative imports resolved)."""
+def imports_of(path: str | Path, module: str) -> list[tuple[int, str]]:
+    """(line, absolute dotted name) of every import statement in the file ``path`` of module ``module``
+    (e.g. ``"fda_core.core.theory"``), including those inside functions; relative imports are resolved,
+    and ``from package import name`` also yields ``package.name`` (it may be a module)."""
+    path = Path(path)
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
-    found: set[str] = set()
+    found: list[tuple[int, str]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
+            found += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package[: len(package) - (node.level - 1)]
                 mod = ".".join(base + ([node.module] if node.module else []))
             else:
                 mod = node.module or ""
-            found.add(mod)
-            found.update(f"{mod}.{a.name}" for a in node.names)  # `from pkg import module`
-    return {m for m in found if m.split(".")[0] == _PACKAGE and _path_of(m) is not None}
+            if mod:
+                found.append((node.lineno, mod))
+            found += [(node.lineno, f"{mod}.{a.name}") for a in node.names]
+    return found
+
+
+def _imports(path: Path, module: str) -> set[str]:
+    """Dotted names of the fda_core modules ``path`` imports."""
+    return {m for _, m in imports_of(path, module) if m.split(".")[0] == _PACKAGE and _path_of(m) is not None}
 
 
 def import_closure(*modules: str) -> list[str]:
