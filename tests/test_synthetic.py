@@ -291,3 +291,49 @@ def test_run_phase_diagram_store_reuses_and_resumes(tmp_path, monkeypatch):
     t0_rows = res.table[res.table.trial == 0].row
     t1_rows = res.table[res.table.trial == 1].row
     assert t1_rows.min() > t0_rows.max()
+    # every stored trial carries the code revision of the modules it ran
+    import json
+
+    stored = [json.loads(p.read_text()) for p in (tmp_path / "synthetic_phase_diagram").glob("*.json")]
+    assert {s["revision"] for s in stored} == {S.run_revision()} and res.config["code_revision"] == S.run_revision()
+    # timings: one record per trial, reused trials marked, never in the result tables
+    timing = S.timing_table(res2)
+    assert list(timing.trial) == [0, 1] and not timing.computed.any() and (timing.wall_s > 0).all()
+    assert "metrics_wall_s" in timing and not {"wall_s", "ms_per_training_step"} & set(S.runs_table(res2, met2).columns)
+
+
+def test_run_phase_diagram_recomputes_runs_of_other_code(tmp_path, monkeypatch):
+    """A stored trial of another code revision is stale: recomputed and replaced; recompute=True ignores the store."""
+    from fda_core.common.store import ResultStore
+    from fda_core.experiments.phase_diagram import runs as R
+
+    data = S.make_phase_diagram_data(n_points=200, shift_levels=[0.0, 0.3], subset_sizes=[8, 40], n_trials=1, seed=1)
+    kw = dict(steps=3, n_subsets=5, progress=False, device="cpu")
+    S.run_phase_diagram(data, store=ResultStore(tmp_path), **kw)
+    store = ResultStore(tmp_path)
+    S.run_phase_diagram(data, store=store, **kw)
+    assert store.counts["synthetic_phase_diagram"] == {"reused": 1, "computed": 0, "stale": 0}
+    monkeypatch.setattr(R, "run_revision", lambda: "othercode123")  # as if the trainer had changed
+    store = ResultStore(tmp_path)
+    res, _ = S.run_phase_diagram(data, store=store, **kw)
+    assert store.counts["synthetic_phase_diagram"] == {"reused": 0, "computed": 1, "stale": 1}
+    assert "recomputed" in store.summary() and S.timing_table(res).computed.all()
+    store = ResultStore(tmp_path, recompute=True)
+    S.run_phase_diagram(data, store=store, **kw)
+    assert store.counts["synthetic_phase_diagram"]["computed"] == 1 and "recompute=True" in store.summary()
+
+
+def test_setting_note_is_generated_from_what_ran(small):
+    """The tables' note says what actually ran: data, network, training config and metrics config."""
+    res = S.train_grid(small, rules=("source_only", "fedgp(beta=0.2)", "fedda_auto"), steps=3, eval_every=3,
+                       reestimate_every=2, n_parts=3, progress=False, trials=[1], shift_indices=[0], size_indices=[2])
+    note = S.setting_note(small, {**res.config, "metrics": {"n_subsets": 17, "n_parts": 3, "dtype": "float64"}})
+    for text in ("n = 200 points", "Shift levels: [0, 0.25, 0.5]", "sizes [6, 20, 60]: chosen by the run",
+                 f"m = {N.N_PARAMS} parameters", "3 steps, lr 0.2, momentum 0.9", "Source only, FedGP (β=0.2), FedDA_Auto",
+                 "FedGP (β=0.2) 0.2", "B = 3 target parts, every 2 steps", "every 3 steps; trials 1.",
+                 "over 17 random target subsets", "float64"):
+        assert text in note, text
+    assert "Metrics" not in S.setting_note(small, res.config)  # no metrics config, no metrics sentence
+    assert S.spread_subset_sizes(2000, 4) == (6, 36, 120, 724) and S.spread_subset_sizes(2000) == S.scaled_subset_sizes(2000)
+    with pytest.raises(ValueError, match="n_sizes"):
+        S.spread_subset_sizes(2000, 10)

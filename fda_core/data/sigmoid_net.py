@@ -30,6 +30,7 @@ __all__ = [
     "N_HIDDEN",
     "N_OUTPUTS",
     "N_PARAMS",
+    "describe_network",
     "init_params",
     "param_views",
     "make_network",
@@ -50,6 +51,12 @@ _W1 = slice(0, N_HIDDEN * N_INPUTS)
 _B1 = slice(_W1.stop, _W1.stop + N_HIDDEN)
 _W2 = slice(_B1.stop, _B1.stop + N_OUTPUTS * N_HIDDEN)
 _B2 = slice(_W2.stop, _W2.stop + N_OUTPUTS)
+
+
+def describe_network() -> str:
+    """The network in words, from this module's constants."""
+    return (f"Network {N_INPUTS}-{N_HIDDEN}-{N_OUTPUTS}, sigmoid hidden layer, every weight and bias ~ U(-0.5,0.5) "
+            f"(one initialisation θ0 per trial), MSE averaged over points and outputs; m = {N_PARAMS} parameters.")
 
 
 def init_params(data_or_seed: SyntheticData | int, trial: int = 0, *, dtype: torch.dtype | None = None,

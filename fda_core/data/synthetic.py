@@ -36,12 +36,14 @@ __all__ = [
     "N_BASIS",
     "PAPER_N_POINTS",
     "PAPER_SUBSET_SIZES",
+    "PAPER_TRIALS",
     "DEFAULT_S_MAX",
     "DEFAULT_SHIFT_LEVELS",
     "SEED_TAGS",
     "SyntheticData",
     "make_phase_diagram_data",
     "scaled_subset_sizes",
+    "spread_subset_sizes",
 ]
 
 #: input and output dimensions of the data (the network's first and last layer)
@@ -50,6 +52,7 @@ N_CLUSTERS = 10
 N_BASIS = 100
 PAPER_N_POINTS = 5000
 PAPER_SUBSET_SIZES = (14, 27, 49, 90, 164, 299, 546, 994, 1810)
+PAPER_TRIALS = 3
 #: Largest shift level of the default grid; see :data:`DEFAULT_SHIFT_LEVELS`.
 DEFAULT_S_MAX = 0.5
 #: Default shift levels np.linspace(0, DEFAULT_S_MAX, 9) = 0, 0.0625, …, 0.5. The papers do not give
@@ -89,6 +92,18 @@ def scaled_subset_sizes(n_points: int, sizes: Sequence[int] = PAPER_SUBSET_SIZES
             f"a test set (largest scaled size {out[-1]})"
         )
     return tuple(out)
+
+
+def spread_subset_sizes(n_points: int, n_sizes: int = len(PAPER_SUBSET_SIZES)) -> tuple[int, ...]:
+    """``n_sizes`` of the :func:`scaled_subset_sizes` of ``n_points``, evenly spread from the smallest to the
+    largest (all of them by default).
+
+    >>> spread_subset_sizes(2000, 4)
+    (6, 36, 120, 724)
+    """
+    sizes = scaled_subset_sizes(n_points)
+    n_sizes = _check_int(n_sizes, "n_sizes", 1, len(sizes))
+    return tuple(sizes[i] for i in np.linspace(0, len(sizes) - 1, n_sizes).round().astype(int))
 
 
 @dataclass
@@ -181,29 +196,39 @@ class SyntheticData:
         return SyntheticData(**out)
 
     def describe(self) -> str:
-        """The setting in words, and how it differs from the papers'."""
-        n, k = self.n_points, self.subset_sizes
+        """The data in words, generated from the data themselves, and how they differ from the papers'."""
+        n, k = self.n_points, list(self.subset_sizes)
         levels = ", ".join(f"{v:g}" for v in self.shift_levels)
-        scaled = "" if n == PAPER_N_POINTS else (
-            f" Subset sizes are the paper's scaled by n/5000 = {n / PAPER_N_POINTS:g} (at least 4, distinct)."
-        )
+        default_levels = len(self.shift_levels) == len(DEFAULT_SHIFT_LEVELS) and np.allclose(
+            self.shift_levels, DEFAULT_SHIFT_LEVELS, rtol=0, atol=1e-12)
+        why_levels = ("the papers do not give them; these defaults were chosen so that d²/σ² at the initialisation "
+                      "crosses every region of the theory" if default_levels else "the papers do not give them")
+        try:
+            scaled = list(scaled_subset_sizes(n))
+        except ValueError:
+            scaled = []
+        ratio = f"scaled by n/{PAPER_N_POINTS} = {n / PAPER_N_POINTS:g}, at least 4 and distinct"
+        if k == list(PAPER_SUBSET_SIZES) and n == PAPER_N_POINTS:
+            sizes = "the paper's"
+        elif scaled and k == scaled:
+            sizes = f"the paper's sizes {ratio}"
+        elif scaled and set(k) <= set(scaled):
+            sizes = f"{len(k)} of the paper's sizes {ratio}"
+        else:
+            sizes = "chosen by the run"
         return (
-            f"Synthetic phase diagram (FedGP paper § 5 / App. B): n = {n} points x ∈ R^50 from a mixture of "
-            f"{N_CLUSTERS} Gaussians (centres U(-0.5,0.5)^50, identity covariance); y ∈ R^10 = A·φ(x) + b with "
-            f"{N_BASIS} RBF features exp(-‖x-μ_i‖²/s_i), μ ~ U(-0.5,0.5)^50, s_i = 100·U(0,1), A, b ~ U(-0.5,0.5). "
-            f"Shift level s: μ += s·U(0,1), s_i += 100·s·U(0,1), fresh noise per level, x/A/b shared (shift in "
-            f"P(y|x)). Shift levels: [{levels}] (the papers do not give them; chosen so that d²/σ² at the "
-            f"initialisation crosses every wedge of the theory). Target = the UNSHIFTED set D_1 and the sources "
-            f"are all levels (level 0 is D_1 itself), following the papers' prose (the papers' prose and "
-            f"their reference code disagree on which set is the source; this workbook follows the prose). Target training subsets of sizes {list(k)} (paper: "
-            f"{list(PAPER_SUBSET_SIZES)} of 5000), uniform without replacement, the rest of D_1 is the test "
-            f"set; {self.n_trials} trial(s) (paper: 3), each with fresh subsets and its own initialisation."
-            f"{scaled} Network 50-100-10, sigmoid, U(-0.5,0.5) init of weights and biases, MSE averaged over "
-            f"points and outputs. Metrics at the initialisation take the whole target set (test points "
-            f"included) as the population, as the reference code does. Seed {self.seed}."
+            f"Synthetic phase diagram (FedGP paper § 5 / App. B): n = {n} points (paper: {PAPER_N_POINTS}) "
+            f"x ∈ R^{N_INPUTS} from a mixture of {N_CLUSTERS} Gaussians (centres U(-0.5,0.5)^{N_INPUTS}, identity "
+            f"covariance); y ∈ R^{N_OUTPUTS} = A·φ(x) + b with {N_BASIS} RBF features exp(-‖x-μ_i‖²/s_i), "
+            f"μ ~ U(-0.5,0.5)^{N_INPUTS}, s_i = 100·U(0,1), A, b ~ U(-0.5,0.5). Shift level s: μ += s·U(0,1), "
+            f"s_i += 100·s·U(0,1), fresh noise per level, x/A/b shared (shift in P(y|x)). Shift levels: [{levels}] "
+            f"({why_levels}). Target = the UNSHIFTED set D_1 and the sources are all levels (level 0 is D_1 "
+            f"itself), following the papers' prose (the papers' prose and their reference code disagree on which "
+            f"set is the source; this workbook follows the prose). Target training subsets of sizes {k}: {sizes} "
+            f"(paper: {list(PAPER_SUBSET_SIZES)} of {PAPER_N_POINTS}), uniform without replacement, the rest of "
+            f"D_1 is the test set; {self.n_trials} trial(s) (paper: {PAPER_TRIALS}), each with fresh subsets and "
+            f"its own initialisation. Seed {self.seed}."
         )
-
-
 
 
 def _rbf_labels(x: Tensor, mu: Tensor, width: Tensor, A: Tensor, b: Tensor) -> Tensor:

@@ -243,7 +243,7 @@ def plot_cell_grid(cells: pd.DataFrame, column: str, ax: plt.Axes | None = None,
 
 def plot_training_curves(result, shift_index: int, size_index: int, trial: int = 0,
                          methods: list[str] | None = None, ax: plt.Axes | None = None) -> tuple[plt.Axes, pd.DataFrame]:
-    """Target test-loss curves of every method in one cell of a :class:`fda_core.experiments.synthetic.GridResult`
+    """Target test-loss curves of every method in one cell of a :class:`fda_core.experiments.phase_diagram.GridResult`
     (log scale; auto-weighted methods dashed). Returns the axes and the long table plotted
     (method, step, test_loss)."""
     ax = ax or plt.gca()

@@ -91,7 +91,8 @@ def estimator_explorer(model: Any, B_values: Sequence[int], n_values: Sequence[i
 
 def curves_explorer(result: Any, methods: Sequence[str] | None = None) -> Any:
     """Sliders for the shift level, the subset size and the trial of a
-    :class:`fda_core.experiments.synthetic.GridResult`, drawing the target test-loss curves of every method there."""
+    :class:`fda_core.experiments.phase_diagram.GridResult`, drawing the target test-loss curves of every method
+    there (``methods`` by display label, registry name or spec; default every method of the result)."""
     import ipywidgets as w
     import matplotlib.pyplot as plt
 

@@ -10,10 +10,14 @@ The data and the network live in the data layer (:mod:`fda_core.data.synthetic`,
   :mod:`.reference` — :func:`train_single`, one training the plain way (what the trainer is tested against);
   :mod:`.result` — :class:`GridResult`;
 * :mod:`.metrics` — :func:`init_metrics`, d², σ², τ²d², estimates and Delta errors at the initialisation;
-* :mod:`.compare` — :func:`compare_best`, :func:`agreement_summary` (panels (a)-(c));
-* :mod:`.runs` — :func:`run_phase_diagram`, trials through the result store.
+* :mod:`.compare` — :func:`compare_best`, :func:`agreement_summary` (panels (a)-(c)), :func:`theory_grid`
+  (the theory panel), :func:`runs_table`;
+* :mod:`.runs` — :func:`run_phase_diagram`, trials through the result store tied to code revisions;
+  :func:`setting_note` (the tables' notes, from what ran) and :func:`timing_table` (kept apart).
 
-Typical use (the notebook's defaults; ≈ 1 min of training and 10 s of metrics on the 2-core CPU)::
+Figures: :func:`fda_core.viz.phase_diagram_plots.plot_phase_diagram_panels`.
+
+Typical use (the notebook's defaults; about a minute each of training and of metrics per trial on a 2-core CPU)::
 
     from fda_core.experiments import phase_diagram as P
     data = P.make_phase_diagram_data(n_points=2000, n_trials=1, seed=0)
@@ -23,22 +27,24 @@ Typical use (the notebook's defaults; ≈ 1 min of training and 10 s of metrics 
     steps, losses = res.curve(shift_index=4, size_index=2, method="fedgp")   # one cell's curves
 """
 
-from ...data.sigmoid_net import N_PARAMS, init_params, make_network
-from ...data.synthetic import (DEFAULT_S_MAX, DEFAULT_SHIFT_LEVELS, PAPER_N_POINTS, PAPER_SUBSET_SIZES, SyntheticData,
-                               make_phase_diagram_data, scaled_subset_sizes)
-from .compare import agreement_summary, compare_best
-from .metrics import cell_metrics, init_metrics
+from ...data.sigmoid_net import N_PARAMS, describe_network, init_params, make_network
+from ...data.synthetic import (DEFAULT_S_MAX, DEFAULT_SHIFT_LEVELS, PAPER_N_POINTS, PAPER_SUBSET_SIZES, PAPER_TRIALS,
+                               SyntheticData, make_phase_diagram_data, scaled_subset_sizes, spread_subset_sizes)
+from .compare import TheoryGrid, agreement_summary, compare_best, middle_cell, runs_table, theory_grid, win_counts
+from .metrics import cell_metrics, describe_metrics, init_metrics
 from .reference import train_single
 from .result import GridResult
-from .runs import run_phase_diagram
+from .runs import EXPERIMENT, run_phase_diagram, run_revision, setting_note, timing_table
 from .selection import GridMethod, method_labels, resolve_methods, synthetic_methods
-from .trainer import auto_chunk_size, train_grid
+from .trainer import REFERENCE_TRAINING, auto_chunk_size, describe_training, train_grid
 
 __all__ = [
-    "N_PARAMS", "init_params", "make_network",
-    "DEFAULT_S_MAX", "DEFAULT_SHIFT_LEVELS", "PAPER_N_POINTS", "PAPER_SUBSET_SIZES", "SyntheticData",
-    "make_phase_diagram_data", "scaled_subset_sizes",
+    "N_PARAMS", "describe_network", "init_params", "make_network",
+    "DEFAULT_S_MAX", "DEFAULT_SHIFT_LEVELS", "PAPER_N_POINTS", "PAPER_SUBSET_SIZES", "PAPER_TRIALS", "SyntheticData",
+    "make_phase_diagram_data", "scaled_subset_sizes", "spread_subset_sizes",
     "GridMethod", "synthetic_methods", "resolve_methods", "method_labels",
-    "train_grid", "auto_chunk_size", "train_single", "GridResult",
-    "init_metrics", "cell_metrics", "compare_best", "agreement_summary", "run_phase_diagram",
+    "train_grid", "auto_chunk_size", "describe_training", "REFERENCE_TRAINING", "train_single", "GridResult",
+    "init_metrics", "cell_metrics", "describe_metrics",
+    "compare_best", "agreement_summary", "win_counts", "middle_cell", "TheoryGrid", "theory_grid", "runs_table",
+    "EXPERIMENT", "run_phase_diagram", "run_revision", "setting_note", "timing_table",
 ]

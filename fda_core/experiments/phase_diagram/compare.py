@@ -1,19 +1,24 @@
-"""Which rule is best per cell, by Delta error and by target test loss, and how often the two agree
-(panels (a)-(c) of the phase diagram)."""
+"""Theory against practice on the phase diagram: which method is best per cell by Delta error and by
+target test loss and how often the two agree (panels (a)-(c)), the closed-form best rule over the measured
+range (the theory panel), and the per-training table joining results and metrics."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from ...core.theory import phase_diagram_theory
+from ...data.sigmoid_net import N_PARAMS
 from .metrics import cell_metrics
 from .result import GridResult
 from .selection import method_labels
 
-__all__ = ["compare_best", "agreement_summary"]
+__all__ = ["compare_best", "agreement_summary", "win_counts", "middle_cell", "TheoryGrid", "theory_grid",
+           "runs_table"]
 
 
 def compare_best(
@@ -106,3 +111,68 @@ def agreement_summary(result: GridResult, metrics: Any, methods: Sequence[Any], 
         "share_same_rule_formula": float((cmp["best_by_formula"] == cmp["best_by_loss"]).mean()),
         "share_same_or_within_noise": float(np.nanmean(within_arr)) if n_trials >= 2 else float("nan"),
     }
+
+
+def win_counts(columns: Mapping[str, Any]) -> Any:
+    """How many cells each method wins, one column per entry of ``columns`` (name → a column of method
+    labels, e.g. ``compare_best(...).best_by_loss``); methods that never win count 0."""
+    import pandas as pd
+
+    return pd.DataFrame({k: pd.Series(v).value_counts() for k, v in columns.items()}).fillna(0).astype(int)
+
+
+def middle_cell(cells: Any) -> tuple[int, int]:
+    """(shift_index, size_index) of the middle cell of a grid of cells (the medians of the two indices)."""
+    shifts, sizes = sorted(cells["shift_index"]), sorted(cells["size_index"])
+    return int(shifts[len(cells) // 2]), int(sizes[len(cells) // 2])
+
+
+@dataclass
+class TheoryGrid:
+    """The closed-form best rule on a (d, σ) grid spanning the measured cells (the theory panel).
+
+    ``d`` (D,), ``sigma`` (S,): log-spaced grid axes; ``best`` (S, D): the rule name with the smallest
+    closed-form Δ²; ``beta``, ``delta_bar``, ``tau2`` (the mean measured τ² of the cells, clipped to
+    [0, 1]) and ``m`` the theory's parameters; ``cells_d``, ``cells_sigma``: the measured cells with d > 0
+    (the unshifted level, d = 0, is off a log axis); ``grid_max``: the largest measured d or σ.
+    """
+
+    d: np.ndarray
+    sigma: np.ndarray
+    best: np.ndarray
+    beta: float
+    delta_bar: float
+    tau2: float
+    m: int
+    cells_d: np.ndarray
+    cells_sigma: np.ndarray
+    grid_max: float
+
+
+def theory_grid(compared: Any, metrics: Any, beta: float, *, delta_bar: float = 1.0, m: int = N_PARAMS,
+                n_grid: int = 160) -> TheoryGrid:
+    """The best rule by the closed-form Δ² (:func:`fda_core.core.theory.phase_diagram_theory`) on a log grid
+    from half the smallest to twice the largest measured d and σ of ``compared`` (a :func:`compare_best`
+    table), with τ̄² the mean measured τ² of the cells of ``metrics``, δ̄ = ``delta_bar`` and m = ``m``
+    (the network's parameters)."""
+    tau2 = float(np.clip(cell_metrics(metrics, average_trials=True)["tau2"].mean(), 0, 1))
+    d, sigma = compared["d"].to_numpy(float), compared["sigma"].to_numpy(float)
+    positive = d > 0
+    d_grid = np.geomspace(d[positive].min() / 2, d.max() * 2, n_grid)
+    s_grid = np.geomspace(sigma.min() / 2, sigma.max() * 2, n_grid)
+    best = phase_diagram_theory(d_grid[None, :], s_grid[:, None], beta, delta_bar, tau2, m)
+    return TheoryGrid(d_grid, s_grid, best, float(beta), float(delta_bar), tau2, int(m), d[positive],
+                      sigma[positive], float(max(d.max(), sigma.max())))
+
+
+#: the metrics joined to each training row by :func:`runs_table`
+_RUN_METRICS = ["d2", "sigma2", "tau2d2", "sigma2_hat", "d2_hat", "tau2d2_hat", "delta_mc", "delta_mc_stderr",
+                "delta_formula", "formula_kind"]
+
+
+def runs_table(result: GridResult, metrics: Any) -> Any:
+    """One row per training (trial, shift level, subset size, method) with its results and the metrics of
+    its cell and method at the initialisation (the training ids left out)."""
+    keys = ["trial", "shift_index", "size_index", "method"]
+    return result.table.drop(columns=["trajectory"], errors="ignore").merge(
+        metrics[keys + _RUN_METRICS], on=keys, how="left")

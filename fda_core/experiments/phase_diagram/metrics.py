@@ -25,7 +25,7 @@ from ...data.sigmoid_net import N_PARAMS, full_gradients, init_params, make_netw
 from ...data.synthetic import SEED_TAGS, SyntheticData
 from .selection import GridMethod, grid_indices as _indices, resolve_methods
 
-__all__ = ["init_metrics", "cell_metrics"]
+__all__ = ["init_metrics", "cell_metrics", "describe_metrics"]
 
 
 def _formula_kind(method: GridMethod) -> str:
@@ -248,3 +248,13 @@ def cell_metrics(metrics, average_trials: bool = False):
     out["n_trials"] = g.size().to_numpy()
     out["d2_over_sigma2"] = out["d2"] / out["sigma2"]
     return out
+
+
+def describe_metrics(config: dict) -> str:
+    """The metrics at the initialisation in words, from the arguments :func:`init_metrics` ran with
+    (``n_subsets``, ``n_parts``, ``dtype``)."""
+    return (f"Metrics at the initialisation (π = point mass at θ0), in {config['dtype']}: the whole target set "
+            f"(test points included) is the population, as the reference code does; σ² and the Monte-Carlo Delta "
+            f"errors over {config['n_subsets']} random target subsets per cell (without replacement); estimates "
+            f"and auto β from B = {config['n_parts']} parts of the cell's training subset; closed forms of the "
+            f"theory with the measured σ², δ̄ and τ̄².")

@@ -34,7 +34,10 @@ from ...data.synthetic import SyntheticData
 from .result import GridResult
 from .selection import _KINDS, grid_indices as _indices, resolve_methods
 
-__all__ = ["train_grid", "auto_chunk_size"]
+__all__ = ["train_grid", "auto_chunk_size", "describe_training", "REFERENCE_TRAINING"]
+
+#: The optimiser of the papers' reference code (the defaults of :func:`train_grid`).
+REFERENCE_TRAINING = {"steps": 300, "lr": 0.2, "momentum": 0.9}
 
 _CPU_BUDGET = 8 << 20  # bytes of one (chunk × 100 × n) activation tensor on the CPU (cache-sized)
 _CUDA_BUDGET = 1 << 30
@@ -402,3 +405,23 @@ def train_grid(
         "torch_threads": torch.get_num_threads(),
     }
     return GridResult(table, curves, eval_steps, config, timing)
+
+
+def describe_training(config: dict) -> str:
+    """The training of a :class:`GridResult` in words, generated from its ``config`` (what actually ran)."""
+    methods = resolve_methods(config["rules"], None)
+    fixed = [f"{gm.label} {gm.beta:g}" for gm in methods if gm.fixed_beta]
+    auto = any(gm.estimates_beta for gm in methods)
+    ref = REFERENCE_TRAINING
+    text = (f"Training: full-batch SGD with momentum, {config['steps']} steps, lr {config['lr']:g}, momentum "
+            f"{config['momentum']:g} (reference code: {ref['steps']}, {ref['lr']:g}, {ref['momentum']:g}), "
+            f"{config['dtype']}; every step the target gradient on the subset and the source gradient on the whole "
+            f"source set; methods {', '.join(gm.label for gm in methods)}")
+    if fixed:
+        text += f"; β (weight of the source part): {', '.join(fixed)}"
+    if auto:
+        every = config.get("reestimate_every")
+        when = f"every {every} steps" if every else "once at the initialisation"
+        text += f"; auto β from B = {config['n_parts']} target parts, {when}"
+    return text + (f"; target test MSE every {config['eval_every']} steps; trials "
+                   f"{', '.join(str(t) for t in config['trials'])}.")
