@@ -1,0 +1,85 @@
+"""workbook.reports.compare_methods: one call from a grid of runs to the table beside the paper, the figure
+and the timings; the CSV notes state the settings of the runs behind each file (not another table's)."""
+
+import pandas as pd
+import pytest
+import torch
+
+from fda_core.common.files import project_root
+from fda_core.common.store import ResultStore
+from fda_core.data import datasets
+from fda_core.workbook.reports import auto_beta_report, compare_methods
+
+
+class Blobs(datasets.FDADataset):
+    """Three small environments of class-dependent blobs (DomainBed interface)."""
+
+    ENVIRONMENTS = ["e0", "e1", "e2"]
+    input_shape = (1, 4, 4)
+    num_classes = 3
+    name = "TestBlobs"
+
+    def __init__(self, n: int = 120, seed: int = 0):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        for e in range(3):
+            y = torch.randint(0, 3, (n,), generator=g)
+            x = torch.randn(n, 1, 4, 4, generator=g) + (y[:, None, None, None] - 1) * (0.6 + 0.4 * e)
+            self.datasets.append((x, y))
+
+
+@pytest.fixture(autouse=True)
+def blobs():
+    datasets.register_dataset("TestBlobs", Blobs, overwrite=True)
+    yield
+    datasets._REGISTRY.pop("TestBlobs")
+
+
+BASE = dict(dataset="TestBlobs", rounds=3, warmup_rounds=1, n_target_labeled=24, target_batch_size=6, model="mlp",
+            source_batch_size=32)
+
+
+def test_compare_methods_writes_table_figure_and_generated_notes(tmp_path):
+    store = ResultStore(tmp_path / "results")
+    a = compare_methods(["fedgp", {"fedgp": {"beta": 1.0}}, "fedgp_auto", "target_only"], {**BASE, "source_lr": 0.02},
+                        across="target", targets=["e0", "e2"], seeds=[0, 1], experiment="a", store=store,
+                        out_dir=tmp_path / "fig", table_name="a_table", figure_name="a_fig", plot="bars",
+                        note="data: blobs", progress=False, timings_stem="test_reports")
+    assert list(a.means.index) == ["FedGP", "FedGP (β=1)", "FedGP_Auto", "Target only"]
+    assert list(a.means.columns) == ["e0", "e2", "Avg"] and len(a.runs) == 16
+    assert "seconds" not in a.runs.columns  # wall-clock times are kept out of result tables
+    text = (tmp_path / "fig" / "a_table.csv").read_text()
+    note = [line for line in text.splitlines() if line.startswith("#")]
+    assert any("source_lr=0.02" in line for line in note) and any("data: blobs" in line for line in note)
+    assert any("target in [e0, e2]" in line for line in note) and any("seed in [0, 1]" in line for line in note)
+    table = pd.read_csv(tmp_path / "fig" / "a_table.csv", comment="#").set_index("method")
+    assert table.loc["FedGP (β=1)", "e2"] == pytest.approx(a.means.loc["FedGP (β=1)", "e2"], abs=0.005)
+    for ext in ("png", "pdf", "csv"):
+        assert (tmp_path / "fig" / f"a_fig.{ext}").exists()
+    assert (project_root() / "executed" / "timings" / "test_reports" / "a_table.csv").exists()
+    assert "0 run(s) reused" in a.store_summary and "16 computed" in a.store_summary
+    # a second comparison with other settings writes its own settings, never the first one's
+    b = compare_methods(["fedda"], {**BASE, "source_lr": 0.05, "rounds": 2}, across="target", targets=["e1"],
+                        experiment="b", store=store, out_dir=tmp_path / "fig", table_name="b_table", progress=False)
+    b_note = (tmp_path / "fig" / "b_table.csv").read_text()
+    assert "source_lr=0.05" in b_note and "rounds=2" in b_note and "source_lr=0.02" not in b_note
+    assert b.figure is None
+    # re-running reuses the stored runs of the same code, and says so
+    again = compare_methods(["fedda"], {**BASE, "source_lr": 0.05, "rounds": 2}, across="target", targets=["e1"],
+                            experiment="b", store=ResultStore(tmp_path / "results"), progress=False)
+    assert "1 run(s) reused" in again.store_summary and again.means.equals(b.means)
+    betas = auto_beta_report(a, out_dir=tmp_path / "fig", figure_name="betas")
+    assert set(betas["rule"]) == {"fedgp_auto"} and betas["beta"].between(0, 1).all()
+    assert (tmp_path / "fig" / "betas.png").exists()
+
+
+def test_compare_methods_beside_the_paper_and_bad_plot(tmp_path):
+    res = compare_methods(["source_only", "fedgp"], BASE, across="target", targets=["e0"], experiment="c",
+                          paper="ColoredMNIST", progress=False)
+    assert list(res.table.columns) == ["e0", "Avg", "paper Avg"]  # the paper's columns that ours also has
+    assert res.table.loc["FedGP", "paper Avg"] == 84.76
+    assert "Paper: auto-weighted FDA paper, Table 1" in res.note
+    with pytest.raises(ValueError, match="plot must be"):
+        compare_methods(["fedgp"], BASE, across="target", targets=["e0"], experiment="c", plot="pie", progress=False)
+    with pytest.raises(ValueError, match="rule must be one of"):
+        compare_methods(["fedgpx"], BASE, across="target", experiment="c", progress=False)
