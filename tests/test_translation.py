@@ -406,6 +406,9 @@ def test_study_notes_come_from_the_configs_that_ran(tmp_path):
     assert "Hist INB-L1-K2-J3-V4 (INB, J=3, VW histograms with V=4)" in note and note.count("INB-L1-K2-J3 (") == 1
     assert f"{paper_value('setting')['n_train_per_class']} training" in note and "second" not in note
     assert "Sinkhorn epsilon = 0.02" in s.cross_check_note()
+    r = runs["INB (sorted samples)"]
+    with pytest.raises(ValueError, match="different settings"):
+        s.note({"a": r, "b": {**r, "config": {**r["config"], "seed": 1}}})
     # the paper's iteration counts come from paper_numbers, matched by variant and histogram use
     it = tb.iterations_vs_paper(s.trace_runs())
     assert it.loc["Hist INB (V=6)", "paper_table5_mean"] == paper_table("INBIterations").loc["Hist INB", 100]

@@ -74,12 +74,30 @@ def run_label(record: Mapping[str, Any]) -> str:
 
 
 def _flatten(records: Mapping[str, Any]) -> dict[str, dict]:
-    """Records by their paper name, in order, each once; a value without a ``config`` is a group of records."""
+    """Records by their paper name, in order, each config once; a value without a ``config`` is a group of
+    records."""
     out: dict[str, dict] = {}
+    seen: set[str] = set()
     for r in records.values():
         for rec in ([r] if "config" in r else list(r.values())):
-            out.setdefault(run_label(rec), rec)
+            key = config_hash(rec["config"])
+            if key not in seen:
+                seen.add(key)
+                name = run_label(rec)
+                out[name if name not in out else f"{name} ({len(out) + 1})"] = rec
     return out
+
+
+#: the keys of a run's config that differ between the runs of one study
+_RUN_KEYS = ("variant", "n_bins", "max_iter", "grid")
+
+
+def _shared_config(records: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The config every record ran with, less the per-run keys; ValueError if the records disagree on it."""
+    shared = [{k: v for k, v in r["config"].items() if k not in _RUN_KEYS} for r in records.values()]
+    if any(c != shared[0] for c in shared[1:]):
+        raise ValueError("the records ran with different settings: one note cannot describe them")
+    return shared[0]
 
 
 def _describe_run(config: Mapping[str, Any]) -> str:
@@ -228,9 +246,10 @@ class TranslationStudy:
 
     # -- notes -----------------------------------------------------------------------------------------------
     def setting_note(self, records: Mapping[str, Mapping[str, Any]] | None = None) -> str:
-        """The setting, written from the resolved config shared by every run (and, given ``records``, the
-        classes those runs fitted)."""
-        b, d = self.base, self.base["data"]
+        """The setting, written from the resolved config the runs ran with: given ``records``, the part of
+        their configs that they all share (and the classes they fitted); else the study's :attr:`base`."""
+        b = _shared_config(records) if records else self.base
+        d = b["data"]
         m = len(d["angles"])
         classes = {len(r["classes"]) for r in (records or {}).values() if "classes" in r}
         n_classes = f"{classes.pop()} digit classes" if len(classes) == 1 else "the digit classes"
