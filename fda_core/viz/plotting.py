@@ -53,6 +53,11 @@ def _method(key: str) -> Any:
             continue
         if m.display_label == key:
             return m
+    if isinstance(key, str) and " (" in key:  # a variant's label, "FedDA (β=0.2)": its method's colour
+        base = key.split(" (", 1)[0]
+        for name in list_methods():
+            if get_method(name).label == base:
+                return get_method(name)
     return None
 
 
@@ -67,8 +72,10 @@ def method_color(key: str) -> str | None:
 
 def method_display(key: str) -> str:
     """The display label of a method given by name, spec or label (the key itself when it names none)."""
-    m = _method(key)
-    return key if m is None else m.display_label
+    try:
+        return get_method(key).display_label  # a name or a spec
+    except ValueError:
+        return key  # already a label (or no method)
 
 
 def set_style() -> None:
