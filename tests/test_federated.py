@@ -394,3 +394,22 @@ def test_a_stale_code_run_is_not_reused(tmp_path):
         assert len({h["target_acc"] for h in out[0]["history"] if h["phase"] == "fda"}) == 1  # frozen by ĝ = 0
     finally:
         methods._REGISTRY.pop("test_scaled")
+
+
+def test_a_users_aggregation_rule_is_part_of_the_code_revision():
+    """A rule registered in core.aggregation (not a method) runs through a RuleMethod; editing the rule's
+    body changes the revision the store checks, so its old runs are not reused."""
+    def half(source_grads, target_part_grads, weights=None):
+        return 0.5 * target_part_grads.mean(0)
+
+    def quarter(source_grads, target_part_grads, weights=None):
+        return 0.25 * target_part_grads.mean(0)
+
+    try:
+        aggregation.register_rule("test_edited_rule", half, uses_beta=False, uses_target_parts=True)
+        before = federated.code_revision_of("test_edited_rule")
+        aggregation.register_rule("test_edited_rule", quarter, uses_beta=False, uses_target_parts=True)
+        assert federated.code_revision_of("test_edited_rule") != before
+        assert federated.code_revision_of("fedgp") == federated.code_revision_of("fedda")  # package code only
+    finally:
+        aggregation.RULES.pop("test_edited_rule")

@@ -522,7 +522,9 @@ class RuleMethod(FDAMethod):
 def _rule_method(rule_name: str) -> type[Method]:
     rule = aggregation.get_rule(rule_name)
     attrs = {"name": rule_name, "label": rule_name, "rule": rule_name, "estimates_beta": rule.uses_target_parts,
-             "__doc__": f"FDA method around the registered aggregation rule {rule_name!r}: {rule.description}"}
+             "__doc__": f"FDA method around the registered aggregation rule {rule_name!r}: {rule.description}",
+             # the rule's own module and function, so a rule written in a notebook is part of the code revision
+             "__module__": getattr(rule.fn, "__module__", __name__), "server_function": staticmethod(rule.fn)}
     if not rule.uses_beta:
         attrs["options"] = {}
     return type(f"RuleMethod_{rule_name}", (RuleMethod,), attrs)
