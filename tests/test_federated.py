@@ -185,20 +185,78 @@ def test_one_round_equals_hand_computation():
         methods._REGISTRY.pop("test_spy_fedgp")
 
 
-def test_alignment_factor():
-    """Source updates reach the rule scaled by a_i = (lr_T/lr_S)·steps_T/steps_i (FedGP paper Eq. B.2)."""
+@pytest.mark.parametrize("alignment_steps", ["fractional", "taken"])
+def test_alignment_factor(alignment_steps):
+    """With align=True, source updates reach FedDA scaled by a_i = (lr_T/lr_S)·s_T/s_i (FedGP paper Eq. B.2):
+    s = n/bs·epochs for 'fractional' (the paper's formula and its code), the steps taken ⌈n/bs⌉·epochs for
+    'taken'; 240 source samples in batches of 32 make the two differ (7.5 vs 8 steps)."""
     register_method(_Spy)
     try:
-        run(rule="test_spy_fedda", beta=0.5, rounds=1, warmup_rounds=0, source_lr=0.02, target_lr=0.005)
+        run(rule="test_spy_fedda", beta=0.5, rounds=1, warmup_rounds=0, source_lr=0.02, target_lr=0.005,
+            method_options={"align": True}, alignment_steps=alignment_steps)
     finally:
         methods._REGISTRY.pop("test_spy_fedda")
     seen = _Spy.seen
     # 24 labelled target samples in batches of 6 (4 steps); 240 source samples in batches of 32 (8 steps)
     assert seen["steps"] == [8, 8] and seen["target_steps"] == 4
-    expected = (0.005 / 0.02) * math.ceil(24 / 6) / math.ceil(240 / 32)
+    if alignment_steps == "taken":
+        expected = (0.005 / 0.02) * math.ceil(24 / 6) / math.ceil(240 / 32)
+    else:
+        expected = aggregation.magnitude_alignment(0.005, 0.02, 24, 6, [240, 240], 32)[0]
+        assert expected == pytest.approx((0.005 / 0.02) * (24 / 6) / (240 / 32))
     torch.testing.assert_close(seen["aligned"], seen["raw"] * expected)
     assert seen["raw"].abs().max() > 0
-    # the papers' formula with n/bs in place of ⌈n/bs⌉ (equal here up to the rounding of 240/32)
+    w, gT = seen["weights"], seen["gT"]
+    torch.testing.assert_close(seen["agg"], 0.5 * gT + 0.5 * (w[:, None] * seen["raw"] * expected).sum(0),
+                               rtol=1e-5, atol=1e-7)
+
+
+def test_fedda_uses_raw_updates_by_default():
+    """FedDA combines the source updates as sent (the reference code aligns only FedGP); align=True differs."""
+    register_method(_Spy)
+    try:
+        raw = run(rule="test_spy_fedda", beta=0.5, rounds=1, warmup_rounds=0, source_lr=0.02, target_lr=0.005)
+        seen = dict(_Spy.seen)
+        aligned = run(rule="test_spy_fedda", beta=0.5, rounds=1, warmup_rounds=0, source_lr=0.02, target_lr=0.005,
+                      method_options={"align": True})
+    finally:
+        methods._REGISTRY.pop("test_spy_fedda")
+    torch.testing.assert_close(seen["aligned"], seen["raw"])  # nothing rescaled
+    w = seen["weights"]
+    torch.testing.assert_close(seen["agg"], 0.5 * seen["gT"] + 0.5 * (w[:, None] * seen["raw"]).sum(0),
+                               rtol=1e-5, atol=1e-7)
+    assert raw["history"][-1]["target_acc"] != aligned["history"][-1]["target_acc"] or \
+        not torch.equal(seen["agg"], _Spy.seen["agg"])
+    assert get_method("fedda", align=True).display_label == "FedDA (aligned)"
+
+
+def test_auto_beta_lr_scaling_reference_collapses_beta():
+    """The reference scripts' auto-β scaling (target parts × lr_T/lr_S, sources unscaled) equals the paper's
+    definition with the target's parts scaled by (lr_T/lr_S)² (β is invariant to a common scale), so with
+    lr_T < lr_S it puts β far lower; with lr_T = lr_S the two agree exactly."""
+    common = dict(rounds=2, warmup_rounds=0, source_lr=0.02, target_lr=0.004)
+    paper = run(rule="fedda_auto", **common)
+    ref = run(rule="fedda_auto", method_options={"lr_scaling": "reference"}, **common)
+    b_paper, b_ref = paper["history"][0]["beta"], ref["history"][0]["beta"]
+    assert all(r < p for r, p in zip(b_ref, b_paper)), (b_ref, b_paper)
+    same = dict(common, target_lr=0.02)
+    assert run(rule="fedda_auto", **same)["history"][0]["beta"] == pytest.approx(
+        run(rule="fedda_auto", method_options={"lr_scaling": "reference"}, **same)["history"][0]["beta"], rel=1e-5)
+
+
+def test_auto_beta_lr_scaling_hand_computation():
+    """'reference' scaling = the paper's estimator applied to target parts × (lr_T/lr_S)² (homogeneity)."""
+    from fda_core.core.estimators import auto_beta
+    gen = torch.Generator().manual_seed(0)
+    parts, src = torch.randn(5, 40, generator=gen), torch.randn(3, 40, generator=gen)
+    r = 0.2
+    paper = auto_beta(parts / r, src, rule="fedda")  # paper: both at the source's lr
+    ref = auto_beta(parts * r, src, rule="fedda")
+    torch.testing.assert_close(ref, auto_beta(parts * r * r, src * r, rule="fedda"))  # β is scale-invariant
+    torch.testing.assert_close(paper, auto_beta(parts, src * r, rule="fedda"))  # = the library's form
+    assert (ref < paper).all()
+
+
     paper = aggregation.magnitude_alignment(0.005, 0.02, 24, 6, [240, 240], 32)
     assert paper[0] == pytest.approx((0.005 / 0.02) * (24 / 6) / (240 / 32))
 
@@ -329,7 +387,7 @@ def test_a_method_defined_in_a_cell_runs_through_run_experiment_and_run_many(tmp
         name, label = "test_halfway", "Half-way"
 
         def combine(self, rnd, res, out):
-            aggregation.fedda(res.aligned_source_updates(), res.target_update, 0.5, res.weights, out=out)
+            aggregation.fedda(res.source_updates, res.target_update, 0.5, res.weights, out=out)
 
     try:
         mine = run(rule="test_halfway")

@@ -38,7 +38,7 @@ from ..common.seeding import generator
 from .flat import FlatAdam, FlatModel, accuracy, count_steps, local_train
 from .methods import ClientInfo, Method, RoundInfo, RoundResults, get_method
 
-__all__ = ["DEFAULT_CONFIG", "CONFIG_ALIASES", "make_config", "run_experiment", "Run", "run_many",
+__all__ = ["DEFAULT_CONFIG", "CONFIG_ALIASES", "ALIGNMENT_STEPS", "make_config", "run_experiment", "Run", "run_many",
            "sweep_configs", "store_key", "code_revision_of"]
 
 #: Default configuration of :func:`run_experiment` (the allowed keys, besides :data:`CONFIG_ALIASES`).
@@ -67,7 +67,12 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "seed": 0,
     "device": "auto",
     "eval_every": 1,
+    "alignment_steps": "fractional",  # step counts of the magnitude-alignment factor: 'fractional' (n/bs·epochs,
+                                      # FedGP paper Eq. B.2 and its code) or 'taken' (⌈n/bs⌉·epochs)
 }
+
+#: Allowed values of ``alignment_steps`` (``docs/experiments.md`` § Magnitude alignment).
+ALIGNMENT_STEPS = ("fractional", "taken")
 
 #: Top-level keys that set a method option (the names ``run_experiment`` has always accepted):
 #: ``beta`` (FedDA/FedGP), ``projection`` (FedGP and FedGP_Auto), ``finetune_epochs`` (Finetune_Offline).
@@ -94,7 +99,8 @@ def make_config(**config: Any) -> dict[str, Any]:
     c["dataset_options"] = dict(c["dataset_options"] or {})
     c["model_options"] = dict(c["model_options"] or {})
     _check(isinstance(c["method_options"], Mapping), "method_options", "a mapping option -> value", c["method_options"])
-    _check(isinstance(c["rule"], str), "rule", "a registered method name (see list_methods())", c["rule"])
+    _check(isinstance(c["rule"], (str, Mapping)), "rule", "a registered method name (see list_methods()) or a spec",
+           c["rule"])
     options = {CONFIG_ALIASES[k]: v for k, v in config.items() if k in CONFIG_ALIASES and v is not None}
     options.update(c["method_options"])
     method = get_method(c["rule"], **options)
@@ -106,6 +112,7 @@ def make_config(**config: Any) -> dict[str, Any]:
     for key in ("source_lr", "lr_decay"):
         _check(_is_num(c[key]) and c[key] > 0, key, "a positive finite number", c[key])
     _check(c["optimizer"] in ("adam", "sgd"), "optimizer", "'adam' or 'sgd'", c["optimizer"])
+    _check(c["alignment_steps"] in ALIGNMENT_STEPS, "alignment_steps", "'fractional' or 'taken'", c["alignment_steps"])
     if c["target_lr"] is None:
         c["target_lr"] = c["source_lr"] / 5  # auto-weighted paper App. C.2: target lr = 1/5 of source lr
     _check(_is_num(c["target_lr"]) and c["target_lr"] > 0, "target_lr", "a positive finite number or None", c["target_lr"])
@@ -313,13 +320,21 @@ class Run:
                                   client=ClientInfo("target", 0, self.target_name, r), parts=parts)
             torch.sub(fm.flat, self.theta, out=self._target_update)  # g_T = h_T^(r) − h^(r-1)
             t_bufs = fm.buffers()
+        align_src: list[float] | None = None
+        align_t: float | None = None
+        if c["alignment_steps"] == "fractional":
+            # FedGP paper App. B.2 Eq. B.2 (and its code): n/bs per epoch, not the ⌈n/bs⌉ steps taken
+            align_src = [s["x"].shape[0] / c["source_batch_size"] * c["local_epochs"] for s in self.sources]
+            if tt is not None:
+                align_t = x.shape[0] / batch * epochs
         res = RoundResults(
             source_updates=self._source_updates if plan.sources else None, source_steps=src_steps,
             weights=self.weights, source_buffers=src_bufs,
             target_update=self._target_update if tt is not None else None,
             target_params=fm.flat if tt is not None else None, target_parts=parts, target_steps=steps_t,
             target_buffers=t_bufs, lr_source=lr_s, lr_target=lr_t, scratch=self._scratch,
-            as_dict=fm.as_dict, as_dicts=fm.as_dicts)
+            as_dict=fm.as_dict, as_dicts=fm.as_dicts,
+            source_alignment_steps=align_src if plan.sources else None, target_alignment_steps=align_t)
         out = method.aggregate(info, res, self.theta)
         if out.buffers is not None:
             self.buffers = out.buffers

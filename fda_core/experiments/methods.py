@@ -36,7 +36,7 @@ Adding a method (e.g. in a notebook cell)::
     class HalfWay(FDAMethod):
         name, label = "halfway", "Half-way FedDA"
         def combine(self, rnd, res, out):
-            fedda(res.aligned_source_updates(), res.target_update, 0.5, res.weights, out=out)
+            fedda(res.source_updates, res.target_update, 0.5, res.weights, out=out)
 
     run_experiment(rule="halfway", rounds=5)
 
@@ -65,7 +65,7 @@ __all__ = [
     "Method", "FedAvg", "FDAMethod", "TargetOnly", "FedDA", "FedGP", "FedDAAuto", "FedGPAuto",
     "FinetuneOffline", "Oracle", "RuleMethod",
     "register_method", "get_method", "list_methods", "method_class", "method_label", "parse_method_spec",
-    "METHOD_ALIASES",
+    "METHOD_ALIASES", "VARIANTS", "with_variant",
 ]
 
 
@@ -185,6 +185,10 @@ class RoundResults:
         lr_source, lr_target: learning rates of the round.
         scratch: (m,) a buffer the method may use (e.g. for the combined update before adding it).
         as_dict, as_dicts: per-tensor views {name: tensor} of a flat vector / of each row of an (N, m) tensor.
+        source_alignment_steps, target_alignment_steps: the step counts the magnitude-alignment factor
+            uses (``docs/experiments.md`` § Magnitude alignment): the engine's ``alignment_steps="fractional"``
+            gives n/bs·epochs (FedGP paper App. B.2 Eq. B.2 and the reference code), ``"taken"`` the steps
+            actually taken, ⌈n/bs⌉·epochs. None: ``source_steps`` / ``target_steps``.
     """
 
     source_updates: Tensor | None
@@ -201,21 +205,51 @@ class RoundResults:
     scratch: Tensor
     as_dict: Callable[[Tensor], dict[str, Tensor]]
     as_dicts: Callable[[Tensor], list[dict[str, Tensor]]]
-    _aligned: bool = field(default=False, repr=False)
+    source_alignment_steps: Sequence[float] | None = None
+    target_alignment_steps: float | None = None
+    _factors: Tensor | None = field(default=None, repr=False)
+
+    def alignment_factors(self) -> Tensor:
+        """(N,) magnitude-alignment factors a_i = (lr_T / lr_S) · s_T / s_i (FedGP paper App. B.2 Eq. B.2;
+        ``docs/experiments.md`` § Magnitude alignment), s the step counts of ``source_alignment_steps`` /
+        ``target_alignment_steps`` (default: the steps taken)."""
+        if self.source_updates is None:
+            raise ValueError("the sources did not train this round: there are no source updates to align")
+        s_src = self.source_steps if self.source_alignment_steps is None else self.source_alignment_steps
+        s_t = self.target_steps if self.target_alignment_steps is None else self.target_alignment_steps
+        return (self.lr_target / self.lr_source * s_t
+                / torch.tensor(list(s_src), dtype=self.source_updates.dtype, device=self.source_updates.device))
+
+    @property
+    def aligned(self) -> bool:
+        """Whether :meth:`aligned_source_updates` has rescaled ``source_updates`` in place."""
+        return self._factors is not None
 
     def aligned_source_updates(self) -> Tensor:
         """The source updates rescaled to the target's round, in place, once (magnitude alignment, FedGP
-        paper App. B.2 Eq. B.2; ``docs/theory.md`` § Rules): row i × a_i with a_i = (lr_T / lr_S) ·
-        steps_T / steps_i. Returns ``source_updates`` (N, m)."""
-        if self.source_updates is None:
-            raise ValueError("the sources did not train this round: there are no source updates to align")
-        if not self._aligned:
-            factors = (self.lr_target / self.lr_source * self.target_steps
-                       / torch.tensor(self.source_steps, dtype=self.source_updates.dtype,
-                                      device=self.source_updates.device))
-            self.source_updates.mul_(factors[:, None])
-            self._aligned = True
+        paper App. B.2 Eq. B.2; ``docs/theory.md`` § Rules): row i × a_i (:meth:`alignment_factors`).
+        Returns ``source_updates`` (N, m)."""
+        if self._factors is None:
+            self._factors = self.alignment_factors()
+            self.source_updates.mul_(self._factors[:, None])
         return self.source_updates
+
+    def raw_source_updates(self) -> Tensor:
+        """The sources' updates g_i as they were sent (N, m), without magnitude alignment: ``source_updates``
+        itself, or a new tensor undoing the alignment when a method has already aligned them."""
+        if self.source_updates is None:
+            raise ValueError("the sources did not train this round: there are no source updates")
+        return self.source_updates if self._factors is None else self.source_updates / self._factors[:, None]
+
+    def source_per_batch_updates(self, lr_scaled: bool = True) -> Tensor:
+        """(N, m) each source's average update per mini-batch, g_i / steps_i (steps actually taken), at the
+        target's learning rate (× lr_T / lr_S) when ``lr_scaled`` — the source input of the auto-β estimators
+        (auto-weighted FDA paper App. C.3: "the average model update divided by the number of batches", with
+        the magnitudes aligned by the learning-rate ratio). A new tensor."""
+        raw = self.raw_source_updates()
+        scale = (self.lr_target / self.lr_source if lr_scaled else 1.0) / torch.tensor(
+            self.source_steps, dtype=raw.dtype, device=raw.device)
+        return raw * scale[:, None]
 
     def fedavg_buffers(self) -> dict[str, Tensor]:
         """Sample-weighted average of the sources' BatchNorm statistics (what FedAvg keeps)."""
@@ -364,6 +398,13 @@ class TargetOnly(FDAMethod):
     uses_sources = False
     needs_sources = False
     gradient_rule = "target_only"
+    options = {"epochs": Option(None, _check_optional_epochs, lambda v: f"{v} epochs/round",
+                                "target epochs per round (None: target_local_epochs)")}
+
+    def configure_round(self, rnd: RoundInfo) -> RoundPlan:
+        if rnd.warmup or not self.epochs:
+            return super().configure_round(rnd)
+        return RoundPlan("fda", sources=False, target=TargetTraining(epochs=self.epochs))
 
     def combine(self, rnd, res, out):
         out.copy_(res.target_update)
@@ -391,15 +432,26 @@ def _apply_rule(rule: str, projection: str, filter_negative: bool, res: RoundRes
 
 
 class FedDA(FDAMethod):
-    """FedDA: ĝ = Σ_i w_i [(1 − β) g_T + β a_i g_i] (FedGP paper § 4; ``docs/theory.md`` § Rules)."""
+    """FedDA: ĝ = Σ_i w_i [(1 − β) g_T + β g_i] (FedGP paper § 4; ``docs/theory.md`` § Rules).
+
+    Options: ``beta``; ``align`` (default False: the source updates enter as sent, as in the papers' reference
+    code, which aligns magnitudes for FedGP only; True multiplies each g_i by the alignment factor a_i first,
+    ``docs/experiments.md`` § Magnitude alignment).
+    """
 
     name, label = "fedda", "FedDA"
-    options = {"beta": _beta_option()}
+    options = {"beta": _beta_option(),
+               "align": Option(False, _check_bool, lambda v: "aligned" if v else "raw",
+                               "scale the source updates by the magnitude-alignment factor (False: as sent, "
+                               "the reference code)")}
     gradient_rule = "fedda"
 
     def combine(self, rnd, res, out):
         beta = torch.full((res.weights.numel(),), float(self.beta), dtype=out.dtype, device=out.device)
-        _apply_rule("fedda", "exact", True, res, beta, out)
+        if self.align:
+            _apply_rule("fedda", "exact", True, res, beta, out)
+        else:
+            aggregation.fedda(res.raw_source_updates(), res.target_update, beta, res.weights, out=out)
         return beta
 
 
@@ -431,19 +483,38 @@ class FedGP(FDAMethod):
         return beta
 
 
+_LR_SCALINGS = ("paper", "reference")
+
+
+def _lr_scaling_option() -> Option:
+    return Option("paper", lambda v, n: check_choice(v, n, _LR_SCALINGS),
+                  lambda v: "reference lr scaling" if v == "reference" else "paper lr scaling",
+                  "'paper' (source per-batch updates × lr_T/lr_S, auto-weighted paper App. C.3) or 'reference' "
+                  "(the reference scripts: the target's parts × lr_T/lr_S, sources unscaled)")
+
+
 class _AutoMethod(FDAMethod):
     """Auto-weighted rules (auto-weighted FDA paper § 4.2, App. C.3; ``docs/theory.md`` § Optimal weights):
     every round β_i = σ̂² / (σ̂² + d̂_i²) (FedDA) or σ̂² / (σ̂² + (τ²d²)^_i) (FedGP), estimated from the
     target's per-batch updates (the parts) and each source's average per-batch update g_i / steps_i,
-    aligned by lr_T / lr_S (that is, the aligned update divided by steps_T)."""
+    aligned by lr_T / lr_S (:meth:`RoundResults.source_per_batch_updates`); the combination then uses the
+    magnitude-aligned source updates.
+
+    Option ``lr_scaling``: 'paper' (default, the definition above) or 'reference' — the paper's reference
+    scripts multiply the target's parts by lr_T / lr_S and leave the sources unscaled, which puts the
+    target's variance (lr_T/lr_S)² too low against the distances (β collapses towards 0 when lr_T < lr_S;
+    ``docs/experiments.md`` § Auto-β scaling). Kept only to show that effect."""
 
     estimates_beta = True
     base: ClassVar[str] = ""
-    options = {"projection": _projection_option()}
+    options = {"projection": _projection_option(), "lr_scaling": _lr_scaling_option()}
 
     def combine(self, rnd, res, out):
-        aligned = res.aligned_source_updates()
-        beta = auto_beta(res.target_parts, aligned / res.target_steps, rule=self.base)
+        if self.lr_scaling == "paper":
+            beta = auto_beta(res.target_parts, res.source_per_batch_updates(), rule=self.base)
+        else:  # the reference scripts: target parts × lr_T/lr_S, sources' per-batch updates as sent
+            beta = auto_beta(res.target_parts * (res.lr_target / res.lr_source),
+                             res.source_per_batch_updates(lr_scaled=False), rule=self.base)
         _apply_rule(self.base, getattr(self, "projection", "exact"), True, res, beta, out)
         return beta
 
@@ -452,7 +523,7 @@ class FedDAAuto(_AutoMethod):
     """FedDA_Auto: FedDA with β_i = σ̂² / (σ̂² + d̂_i²) re-estimated every round."""
 
     name, label, base = "fedda_auto", "FedDA_Auto", "fedda"
-    options = {}  # FedDA has no projection
+    options = {"lr_scaling": _lr_scaling_option()}  # FedDA has no projection
     gradient_rule = "fedda"
 
 
@@ -483,15 +554,20 @@ class FinetuneOffline(Method):
 
 class Oracle(Method):
     """Oracle: supervised training on the target's whole train split, all labelled (source lr and batch
-    size, ``target_local_epochs`` per round, no decay); no source client."""
+    size, no decay); no source client. Option ``epochs``: epochs per round (None: ``target_local_epochs``);
+    give it the budget that makes it the upper bound its name promises (``docs/experiments.md`` §
+    Semi-synthetic shifts)."""
 
     name, label = "oracle", "Oracle"
     needs_sources = False
+    options = {"epochs": Option(None, _check_optional_epochs, lambda v: f"{v} epochs/round",
+                                "epochs per round on the target's train split (None: target_local_epochs)")}
 
     def configure_round(self, rnd: RoundInfo) -> RoundPlan:
         c = rnd.config
         return RoundPlan("oracle", sources=False, lr_source=c["source_lr"],
-                         target=TargetTraining(data="train", lr=c["source_lr"], batch_size=c["source_batch_size"]))
+                         target=TargetTraining(data="train", lr=c["source_lr"], batch_size=c["source_batch_size"],
+                                               epochs=self.epochs or None))
 
     def aggregate(self, rnd, res, theta):
         theta.copy_(res.target_params)  # the global model is the target's trained model
@@ -662,6 +738,31 @@ def parse_method_spec(spec: str | Mapping[str, Mapping[str, Any]]) -> tuple[str,
         pass
     raise ValueError(f"malformed method spec {spec!r}: write a method name, optionally with keyword options, "
                      "e.g. 'fedgp' or \"fedgp(beta=1.0, projection='cosine')\"")
+
+
+#: Options that make a method the papers' reference implementation ("reference") or the library's earlier
+#: defaults ("library"); ``docs/experiments.md`` § Reference variants. A method not listed is the same in both.
+VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
+    # the papers' code: FedGP and FedGP_Auto project per layer with the cosine filter and magnitude alignment
+    # (FedGP paper App. B.2 Eq. B.2); FedDA combines the source updates as sent
+    "reference": {"fedgp": {"projection": "cosine"}, "fedgp_auto": {"projection": "cosine"}, "fedda": {"align": False}},
+    # exact projection on the whole update vector (the theory's Proj₊), FedDA on aligned updates
+    "library": {"fedgp": {"projection": "exact"}, "fedgp_auto": {"projection": "exact"}, "fedda": {"align": True}},
+}
+
+
+def with_variant(spec: str | Mapping[str, Mapping[str, Any]], variant: str) -> dict[str, dict[str, Any]]:
+    """The method spec ``spec`` with the options of ``variant`` ("reference" or "library", :data:`VARIANTS`)
+    filled in where ``spec`` does not set them, as a mapping spec ``{name: {option: value}}``. FedGP without
+    the filter (an ablation defined for the exact projections) keeps its projection. ValueError names an
+    unknown variant."""
+    check_choice(variant, "variant", tuple(VARIANTS))
+    method = get_method(spec)
+    given = parse_method_spec(spec)[1] if (isinstance(spec, Mapping) or "(" in str(spec)) else {}
+    fill = dict(VARIANTS[variant].get(method.name, {}))
+    if method.name == "fedgp" and not method.filter:
+        fill.pop("projection", None)
+    return {method.name: {**method.changed_options, **{k: v for k, v in fill.items() if k not in given}}}
 
 
 def method_label(spec: str | Method, **options: Any) -> str:
