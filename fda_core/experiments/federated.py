@@ -144,14 +144,17 @@ def sweep_configs(base: Mapping[str, Any], methods: Sequence[str], *, targets: S
     {"noise_std": 0.4}}) × target × method × seed (trial). ``methods`` are method specs (``"fedgp"``,
     ``"fedgp(beta=1.0)"``; see :func:`fda_core.experiments.methods.parse_method_spec`). Labels hold the
     method's display label, the seed's trial index and the variant's scalar settings (dataset options
-    flattened) for the tables."""
+    flattened) for the tables; a variant's ``"labels"`` mapping (e.g. ``{"setting": "paper"}``) only labels
+    its runs and does not enter the config."""
     resolved = [get_method(m) for m in methods]  # validates every spec before anything runs
     configs, labels = [], []
-    for var in variants:
+    for variant in variants:
+        var = {k: v for k, v in variant.items() if k != "labels"}
         flat = {k: v for k, v in var.items() if not isinstance(v, Mapping)}
         for k, v in var.items():
             if isinstance(v, Mapping):
                 flat.update(v)
+        flat.update(variant.get("labels", {}))
         for target in targets:
             for method in resolved:
                 for trial, seed in enumerate(seeds):

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -65,7 +66,7 @@ __all__ = [
     "Method", "FedAvg", "FDAMethod", "TargetOnly", "FedDA", "FedGP", "FedDAAuto", "FedGPAuto",
     "FinetuneOffline", "Oracle", "RuleMethod",
     "register_method", "get_method", "list_methods", "method_class", "method_label", "parse_method_spec",
-    "METHOD_ALIASES", "VARIANTS", "with_variant",
+    "METHOD_ALIASES", "VARIANTS", "with_variant", "paper_label",
 ]
 
 
@@ -561,12 +562,15 @@ class Oracle(Method):
     name, label = "oracle", "Oracle"
     needs_sources = False
     options = {"epochs": Option(None, _check_optional_epochs, lambda v: f"{v} epochs/round",
-                                "epochs per round on the target's train split (None: target_local_epochs)")}
+                                "epochs per round on the target's train split (None: target_local_epochs)"),
+               "lr": Option(None, lambda v, n: None if v is None else check_number(v, n, 0.0, None, lo_open=True),
+                            lambda v: f"lr {v:g}", "learning rate (None: the sources' source_lr)")}
 
     def configure_round(self, rnd: RoundInfo) -> RoundPlan:
         c = rnd.config
-        return RoundPlan("oracle", sources=False, lr_source=c["source_lr"],
-                         target=TargetTraining(data="train", lr=c["source_lr"], batch_size=c["source_batch_size"],
+        lr = c["source_lr"] if self.lr is None else self.lr
+        return RoundPlan("oracle", sources=False, lr_source=lr,
+                         target=TargetTraining(data="train", lr=lr, batch_size=c["source_batch_size"],
                                                epochs=self.epochs or None))
 
     def aggregate(self, rnd, res, theta):
@@ -763,6 +767,22 @@ def with_variant(spec: str | Mapping[str, Mapping[str, Any]], variant: str) -> d
     if method.name == "fedgp" and not method.filter:
         fill.pop("projection", None)
     return {method.name: {**method.changed_options, **{k: v for k, v in fill.items() if k not in given}}}
+
+
+# option tags of the workbook's labels that name the papers' own implementation, not a different method
+_IMPLEMENTATION_TAGS = (r"cosine", r"\d+ epochs/round", r"lr [0-9.e-]+")
+
+
+def paper_label(label: str) -> str:
+    """The papers' name of a workbook display label: drops the option tags that only say how the paper
+    implemented the method (``"FedGP (β=1, cosine)"`` → ``"FedGP (β=1)"``, ``"Oracle (20 epochs/round)"``
+    → ``"Oracle"``)."""
+    m = re.fullmatch(r"(.*?) \((.*)\)", label)
+    if not m:
+        return label
+    kept = [t.strip() for t in m.group(2).split(",")
+            if not any(re.fullmatch(p, t.strip()) for p in _IMPLEMENTATION_TAGS)]
+    return f"{m.group(1)} ({', '.join(kept)})" if kept else m.group(1)
 
 
 def method_label(spec: str | Method, **options: Any) -> str:

@@ -139,6 +139,15 @@ def build_parser() -> argparse.ArgumentParser:
     p_run.add_argument("--keep-going", action="store_true", help="go on with the other notebooks after a failure")
     _add_exec_options(p_run)
 
+    p_rep = sub.add_parser(
+        "reproduction", formatter_class=_Formatter, help="write the reproduction report (figures/reproduction.csv)",
+        description="Build the reproduction report from the result files the notebooks wrote under figures/ "
+        "(every published number beside ours, with a verdict) and write figures/reproduction.csv; with --readme "
+        "also rewrite the README's generated summary table.",
+    )
+    p_rep.add_argument("--figures", type=Path, default=None, metavar="DIR", help="figures folder (default: the repo's)")
+    p_rep.add_argument("--readme", action="store_true", help="also rewrite the README's reproduction summary")
+
     p_sweep = sub.add_parser(
         "sweep", help="re-execute one notebook over parameter sets",
         description="Execute ONE notebook once per parameter set. Each executed copy is named by its "
@@ -425,6 +434,21 @@ def _cmd_sweep(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 # --------------------------------------------------------------------------------------------------
 
 
+def _cmd_reproduction(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from .reproduction import update_readme, write_reproduction
+
+    figures = (args.figures or repo_root() / "figures").resolve()
+    if not figures.is_dir():
+        raise NotebookError(f"--figures {figures}: no such directory")
+    table = write_reproduction(figures)
+    counts = table["verdict"].value_counts().to_dict()
+    print(f"wrote {figures / 'reproduction.csv'}: {len(table)} rows, {counts}", file=out)
+    if args.readme:
+        changed = update_readme(repo_root() / "README.md", table)
+        print("README.md reproduction summary " + ("updated" if changed else "unchanged"), file=out)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``fda`` / ``python -m fda_core``; returns the exit code (0, 1 or 2).
 
@@ -437,7 +461,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help (0) or a usage error (2): return instead of exiting
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     out, err = sys.stdout, sys.stderr
-    commands = {"list": _cmd_list, "run": _cmd_run, "sweep": _cmd_sweep}
+    commands = {"list": _cmd_list, "run": _cmd_run, "sweep": _cmd_sweep, "reproduction": _cmd_reproduction}
     try:
         return commands[args.command](args, out, err)
     except ParameterError as exc:

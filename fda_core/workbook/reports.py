@@ -20,7 +20,7 @@ import pandas as pd
 from ..common.files import write_table, write_timings
 from ..common.store import ResultStore
 from ..experiments.federated import run_many, sweep_configs
-from ..experiments.methods import get_method
+from ..experiments.methods import get_method, paper_label
 from ..experiments.paper_numbers import beside_paper, paper_setting, paper_table
 from ..experiments.tables import beta_table, results_table, setting_note, summary_table, timings_table
 from ..viz.plotting import plot_accuracy_vs_shift, plot_beta_grid, plot_method_bars, save_figure
@@ -59,6 +59,17 @@ class Comparison:
         return f"<Comparison of {len(self.results)} runs: {list(self.means.index)} × {list(self.means.columns)}>"
 
 
+def _beside_paper(means: pd.DataFrame, paper: str) -> pd.DataFrame:
+    """:func:`beside_paper` matching our rows to the paper's by the papers' names of our labels
+    (:func:`fda_core.experiments.methods.paper_label`: "FedGP (cosine)" is the paper's "FedGP"); our labels stay."""
+    keyed = means.rename(index=paper_label)
+    if not keyed.index.is_unique:
+        return beside_paper(means, paper)
+    joined = beside_paper(keyed, paper)
+    joined.index = means.index
+    return joined
+
+
 def compare_methods(
     methods: Sequence[str],
     base: Mapping[str, Any],
@@ -76,6 +87,7 @@ def compare_methods(
     out_dir: str | Path | None = None,
     table_name: str | None = None,
     figure_name: str | None = None,
+    runs_name: str | None = None,
     plot: str | None = None,
     title: str | None = None,
     log_x: bool = False,
@@ -99,7 +111,8 @@ def compare_methods(
         note: more lines for the CSV notes (e.g. the data's description), after the setting generated from the
             resolved configs; with ``paper`` the published table's source and setting follow.
         out_dir, table_name, figure_name: write ``<table_name>.csv`` (the table) and ``<figure_name>.png/
-            .pdf/.csv`` (the figure and the per-run table) into ``out_dir``.
+            .pdf/.csv`` (the figure and the per-run table) into ``out_dir``; ``runs_name``: also write the
+            per-run table as ``<runs_name>.csv`` (for a comparison without a figure).
         plot: ``"bars"`` (grouped bars per value of ``across``, the paper's numbers as ticks), ``"lines"``
             (accuracy against ``across``, one line per row), or None.
         timings_stem: write the runs' wall-clock seconds to ``executed/timings/<timings_stem>/<name>.csv``
@@ -114,7 +127,7 @@ def compare_methods(
     formatted, means, stds = summary_table(runs, by=(by,), across=across, order=order)
     if not average:
         formatted, means, stds = formatted.drop(columns="Avg"), means.drop(columns="Avg"), stds.drop(columns="Avg")
-    table = beside_paper(means, paper) if paper else means.round(2)
+    table = _beside_paper(means, paper) if paper else means.round(2)
     extra = "\n".join(x for x in (note, paper_setting(paper) if paper else "") if x)
     note = setting_note(results, paper=extra)
     comparison = Comparison(results, runs, formatted, means, stds, table, note,
@@ -136,6 +149,8 @@ def compare_methods(
             comparison.files.append(write_table(out / f"{table_name}.csv", table.reset_index(names=by), note))
         if figure_name and comparison.figure is not None:
             comparison.files += save_figure(comparison.figure, out, figure_name, runs, note)
+        if runs_name:
+            comparison.files.append(write_table(out / f"{runs_name}.csv", runs, note))
     if timings_stem:
         write_timings(timings_stem, table_name or figure_name or experiment, timings_table(results))
     return comparison
