@@ -13,14 +13,18 @@ What is measured (same data, same settings, same process, per device)
     only trainings that provably coincide run once), and ``batched, no dedupe`` (every training run,
     like the loop).
 (c) ``loop``: the same 54 trainings one after the other with
-    :func:`fda_core.experiments.phase_diagram.train_single` (``nn.Sequential`` + autograd +
-    ``torch.optim.SGD`` + the library rule per step) — the straightforward way to write the experiment.
+    :func:`fda_core.experiments.phase_diagram.train_single` (``nn.Sequential`` + autograd + the library
+    rule per step + the momentum step) — the straightforward way to write the experiment.
 (d) ``chunk scan``: ``train_grid`` (no dedupe) with several chunk sizes: where the memory-bound
     activations (trainings × 100 × n) stop fitting the caches on a CPU, or fill a GPU.
 (e) ``paper scale``: a few steps of the FULL grid (9 × 9 cells × 6 methods, β = 0.5) at n = 5000 with
     the batched trainer and a few steps of the loop on the sub-grid, extrapolated to the paper's run:
     3 trials × 81 cells × 6 methods × 300 steps (absolute seconds, the extrapolation is linear in steps
     and trials).
+(f) ``FedGP granularity``: ``train_grid`` (no dedupe) on the FedGP methods of the sub-grid (FedGP and
+    FedGP_Auto, 18 trainings) with FedGP projected per parameter tensor (the default, as the papers'
+    reference code) and on the flat vector, and the aggregation step alone on C stacked gradients
+    (``batched_rule``, 100 calls): the cost of the per-tensor projection.
 
 Times are medians over ``--repeats`` rounds in which every form runs once (interleaved, so drifts of a
 shared machine hit all forms alike), with ``torch.cuda.synchronize()`` on CUDA. Reported per
@@ -196,6 +200,26 @@ def run(
     out["chunk_scan"] = scan
     out["auto_chunk_size"] = S.auto_chunk_size(n_points, dev)
 
+    # (f) FedGP granularity: per tensor (default) vs flat, whole trainings and the aggregation alone
+    gp_kw = {**grid_kw, "rules": [r for r in rules if S.resolve_methods([r], (0.5,))[0].gradient_rule == "fedgp"],
+             "dedupe": False}
+    gran_forms = {g: (lambda g=g: S.train_grid(data, granularity=g, **gp_kw)) for g in S.GRANULARITIES}
+    tg = _interleaved(gran_forms, repeats, dev)
+    gp_rows = len(gp_kw["rules"]) * len(shifts) * len(sizes)
+    c = S.auto_chunk_size(n_points, dev)
+    gen = torch.Generator().manual_seed(seed + 1)
+    gs, gt = (torch.randn(c, N.N_PARAMS, generator=gen).to(device=dev, dtype=data.dtype) for _ in range(2))
+    beta = torch.full((c,), 0.5, device=dev, dtype=data.dtype)
+    agg_forms = {g: (lambda g=g: [S.batched_rule("fedgp", gs, gt, beta, g) for _ in range(100)]) for g in S.GRANULARITIES}
+    ta = _interleaved(agg_forms, max(3, repeats), dev)
+    out["granularity"] = {
+        "rows": gp_rows, "rules": gp_kw["rules"], "chunk": c,
+        "training_ms_per_training_step": {g: 1e3 * v / (gp_rows * steps) for g, v in tg.items()},
+        "aggregation_us_per_call": {g: 1e6 * v / 100 for g, v in ta.items()},
+        "ratio_per_tensor_over_flat_training": tg["per_tensor"] / tg["flat"],
+        "ratio_per_tensor_over_flat_aggregation": ta["per_tensor"] / ta["flat"],
+    }
+
     # (e) paper scale: full grid at n = paper_n for a few steps, loop on the sub-grid
     pdata = S.make_phase_diagram_data(paper_n, seed=seed, device=dev)
     full = S.train_grid(pdata, rules=rules, betas=(0.5,), steps=probe_steps, device=dev, progress=False)
@@ -248,6 +272,13 @@ def format_report(result: dict[str, Any]) -> str:
     lines.append(f"    batched {p['batched_ms_per_training_step']:.3f} ms/training-step → {_fmt_s(p['batched_extrapolated_seconds'])}; "
                  f"loop {p['loop_ms_per_training_step']:.3f} ms/training-step → {_fmt_s(p['loop_extrapolated_seconds'])}; "
                  f"ratio {p['loop_extrapolated_seconds'] / p['batched_extrapolated_seconds']:.2f}")
+    gr = result["granularity"]
+    tr_ms, ag_us = gr["training_ms_per_training_step"], gr["aggregation_us_per_call"]
+    lines.append(f"(f) FedGP projection per tensor (default) vs flat, {gr['rows']} trainings ({', '.join(gr['rules'])}):")
+    lines.append(f"    training {tr_ms['per_tensor']:.3f} vs {tr_ms['flat']:.3f} ms/training-step, ratio per-tensor/flat = "
+                 f"{gr['ratio_per_tensor_over_flat_training']:.2f}; aggregation of {gr['chunk']} stacked gradients "
+                 f"{ag_us['per_tensor']:.0f} vs {ag_us['flat']:.0f} µs per call, ratio "
+                 f"{gr['ratio_per_tensor_over_flat_aggregation']:.2f}")
     return "\n".join(lines)
 
 

@@ -96,8 +96,10 @@ def test_unit_directions():
 
 
 # --------------------------------------------------------------------------------------------- training
-def test_batched_training_matches_single_loop(small):
-    kw = dict(steps=12, eval_every=5, reestimate_every=4, lr=0.2, momentum=0.9)
+@pytest.mark.parametrize("options", [{}, dict(training_step="library", granularity="flat")],
+                         ids=["reference (defaults)", "library"])
+def test_batched_training_matches_single_loop(small, options):
+    kw = dict(steps=12, eval_every=5, reestimate_every=4, lr=0.2, momentum=0.9, **options)
     res = S.train_grid(small, betas=(0.5, 0.25), chunk_size=4, progress=False, **kw)
     tab = res.table
     assert len(tab) == 2 * 3 * 3 * 8 and list(res.eval_steps) == [0, 5, 10, 12]

@@ -1,11 +1,15 @@
 """The 50–100–10 sigmoid network of the phase-diagram experiment on a flat parameter vector θ, with a
 hand-written batched forward/backward (``docs/experiments.md`` § Synthetic phase diagram).
 
-50 → 100 (sigmoid) → 10, every weight and bias ~ U(−0.5, 0.5) (one initialisation θ0 per trial), loss =
-MSE averaged over points AND outputs (``nn.MSELoss()`` default ``reduction='mean'``, as in the reference
-code). Parameters are one flat vector of m = 6110 entries in the order of
+50 → 100 (sigmoid) → 10, every weight and bias ~ U(−0.5, 0.5) (one initialisation θ0 per trial). Two
+reductions of the squared error over the 10 outputs (``output_reduction``): ``"mean"`` — MSE averaged over
+points AND outputs (``nn.MSELoss()`` default ``reduction='mean'``; the library's loss and the recorded test
+loss) — and ``"sum"`` — summed over the outputs, averaged over the points (the training loss of the
+papers' reference code, ``((Y − Ŷ)²).sum() / N``; its gradient is N_OUTPUTS = 10 times the mean's).
+Parameters are one flat vector of m = 6110 entries in the order of
 ``nn.Sequential(nn.Linear(50, 100), nn.Sigmoid(), nn.Linear(100, 10)).parameters()`` (:func:`make_network`):
-W1 (100×50, row-major), b1 (100), W2 (10×100), b2 (10).
+W1 (100×50, row-major), b1 (100), W2 (10×100), b2 (10) — the four parameter tensors
+(:data:`PARAM_TENSORS`, :func:`param_dict`) that a per-tensor (layer-wise) rule treats separately.
 
 Many networks run together: parameters are stacked (C, m) and the forward/backward passes
 (:func:`batched_forward`, :func:`batched_backward`) are batched matrix products; the first layer of every
@@ -30,9 +34,13 @@ __all__ = [
     "N_HIDDEN",
     "N_OUTPUTS",
     "N_PARAMS",
+    "PARAM_TENSORS",
+    "OUTPUT_REDUCTIONS",
+    "outputs_averaged",
     "describe_network",
     "init_params",
     "param_views",
+    "param_dict",
     "make_network",
     "predict",
     "mse_loss",
@@ -52,11 +60,31 @@ _B1 = slice(_W1.stop, _W1.stop + N_HIDDEN)
 _W2 = slice(_B1.stop, _B1.stop + N_OUTPUTS * N_HIDDEN)
 _B2 = slice(_W2.stop, _W2.stop + N_OUTPUTS)
 
+#: The four parameter tensors of the flat vector: (name in :func:`make_network`, slice of θ, shape).
+PARAM_TENSORS: tuple[tuple[str, slice, tuple[int, ...]], ...] = (
+    ("0.weight", _W1, (N_HIDDEN, N_INPUTS)),
+    ("0.bias", _B1, (N_HIDDEN,)),
+    ("2.weight", _W2, (N_OUTPUTS, N_HIDDEN)),
+    ("2.bias", _B2, (N_OUTPUTS,)),
+)
+#: Reductions of the squared error over the outputs: ``"mean"`` (``nn.MSELoss()``), ``"sum"`` (reference code).
+OUTPUT_REDUCTIONS = ("mean", "sum")
+
+
+def outputs_averaged(output_reduction: str) -> int:
+    """The number of outputs the squared error is divided by: N_OUTPUTS = 10 for ``"mean"``, 1 for ``"sum"``
+    (module docstring), so the gradient per point and output is 2·(ŷ − y) / (this · points). Raises
+    ValueError naming ``output_reduction``."""
+    if output_reduction not in OUTPUT_REDUCTIONS:
+        raise ValueError(f"output_reduction must be one of {list(OUTPUT_REDUCTIONS)}, got {output_reduction!r}")
+    return N_OUTPUTS if output_reduction == "mean" else 1
+
 
 def describe_network() -> str:
     """The network in words, from this module's constants."""
     return (f"Network {N_INPUTS}-{N_HIDDEN}-{N_OUTPUTS}, sigmoid hidden layer, every weight and bias ~ U(-0.5,0.5) "
-            f"(one initialisation θ0 per trial), MSE averaged over points and outputs; m = {N_PARAMS} parameters.")
+            f"(one initialisation θ0 per trial), test loss MSE averaged over points and outputs; m = {N_PARAMS} "
+            f"parameters in {len(PARAM_TENSORS)} tensors (W1, b1, W2, b2).")
 
 
 def init_params(data_or_seed: SyntheticData | int, trial: int = 0, *, dtype: torch.dtype | None = None,
@@ -81,6 +109,16 @@ def param_views(theta: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     lead = theta.shape[:-1]
     return (theta[..., _W1].reshape(*lead, N_HIDDEN, N_INPUTS), theta[..., _B1],
             theta[..., _W2].reshape(*lead, N_OUTPUTS, N_HIDDEN), theta[..., _B2])
+
+
+def param_dict(theta: Tensor) -> dict[str, Tensor]:
+    """The four parameter tensors of flat θ (m,) as views keyed by their :func:`make_network` names
+    (``0.weight``, ``0.bias``, ``2.weight``, ``2.bias``) — the dict form that per-tensor rules take
+    (:func:`fda_core.core.aggregation.fedgp`)."""
+    if theta.shape[-1:] != (N_PARAMS,):
+        raise ValueError(f"theta must have shape (..., {N_PARAMS}), got {tuple(theta.shape)}")
+    lead = theta.shape[:-1]
+    return {name: theta[..., sl].reshape(*lead, *shape) for name, sl, shape in PARAM_TENSORS}
 
 
 def make_network(theta: Tensor | None = None) -> nn.Sequential:
@@ -160,14 +198,16 @@ def batched_backward(theta: Tensor, x: Tensor, H: Tensor, dout: Tensor, ws: Work
 
 
 def batched_set_gradient(theta: Tensor, x: Tensor, y_t: Tensor, ws: Workspace | None = None, tag: str = "s",
-                         on_output: Any = None) -> Tensor:
-    """MSE gradients (C, m) of C networks θ (C, m) on a whole set shared by all: x (n, 50), labels
-    y_t (C, 10, n) or (10, n) (points last). ``on_output(out)`` sees the outputs (C, 10, n) first (the
-    trainer records its test loss there). The trainer's source pass."""
+                         on_output: Any = None, output_reduction: str = "mean") -> Tensor:
+    """Squared-error gradients (C, m) of C networks θ (C, m) on a whole set shared by all: x (n, 50),
+    labels y_t (C, 10, n) or (10, n) (points last), mean over the points and ``output_reduction``
+    (``"mean"`` or ``"sum"``) over the outputs (:func:`outputs_averaged`). ``on_output(out)`` sees the outputs
+    (C, 10, n) first (the trainer records its test loss there). The trainer's source pass."""
+    per = outputs_averaged(output_reduction)
     H, out = batched_forward(theta, x, ws, tag)
     if on_output is not None:
         on_output(out)
-    r = out.sub_(y_t).mul_(2.0 / (N_OUTPUTS * x.shape[0]))
+    r = out.sub_(y_t).mul_(2.0 / (per * x.shape[0]))
     return batched_backward(theta, x, H, r.unsqueeze(1), ws, tag)[:, 0]
 
 

@@ -6,7 +6,8 @@ The data and the network live in the data layer (:mod:`fda_core.data.synthetic`,
 
 * :mod:`.selection` — which methods (from the one registry, :mod:`fda_core.experiments.methods`) and
   cells a run covers;
-* :mod:`.trainer` — :func:`train_grid`, every training of the grid as one batched computation;
+* :mod:`.trainer` — :func:`train_grid`, every training of the grid as one batched computation, with the
+  reference code's training step and per-tensor FedGP by default (``training_step``, ``granularity``);
   :mod:`.reference` — :func:`train_single`, one training the plain way (what the trainer is tested against);
   :mod:`.result` — :class:`GridResult`;
 * :mod:`.metrics` — :func:`init_metrics`, d², σ², τ²d², estimates and Delta errors at the initialisation;
@@ -36,14 +37,16 @@ from .reference import train_single
 from .result import GridResult
 from .runs import EXPERIMENT, run_phase_diagram, run_revision, setting_note, timing_table
 from .selection import GridMethod, method_labels, resolve_methods, synthetic_methods
-from .trainer import REFERENCE_TRAINING, auto_chunk_size, describe_training, train_grid
+from .trainer import (GRANULARITIES, REFERENCE_TRAINING, TRAINING_STEPS, auto_chunk_size, batched_rule, describe_training,
+                      fedgp_per_tensor, train_grid)
 
 __all__ = [
     "N_PARAMS", "describe_network", "init_params", "make_network",
     "DEFAULT_S_MAX", "DEFAULT_SHIFT_LEVELS", "PAPER_N_POINTS", "PAPER_SUBSET_SIZES", "PAPER_TRIALS", "SyntheticData",
     "make_phase_diagram_data", "scaled_subset_sizes", "spread_subset_sizes",
     "GridMethod", "synthetic_methods", "resolve_methods", "method_labels",
-    "train_grid", "auto_chunk_size", "describe_training", "REFERENCE_TRAINING", "train_single", "GridResult",
+    "train_grid", "auto_chunk_size", "describe_training", "REFERENCE_TRAINING", "TRAINING_STEPS", "GRANULARITIES",
+    "batched_rule", "fedgp_per_tensor", "train_single", "GridResult",
     "init_metrics", "cell_metrics", "describe_metrics",
     "compare_best", "agreement_summary", "win_counts", "middle_cell", "TheoryGrid", "theory_grid", "runs_table",
     "EXPERIMENT", "run_phase_diagram", "run_revision", "setting_note", "timing_table",

@@ -48,6 +48,8 @@ def run_phase_diagram(
     steps: int = 300,
     lr: float = 0.2,
     momentum: float = 0.9,
+    training_step: str = "reference",
+    granularity: str = "per_tensor",
     n_parts: int = 2,
     reestimate_every: int | None = None,
     n_subsets: int = 200,
@@ -60,7 +62,8 @@ def run_phase_diagram(
     same code is reused, a long run (``paper_scale``) that was interrupted resumes at the first unfinished
     trial, and trials stored by other code (or with ``ResultStore(..., recompute=True)``) are recomputed.
 
-    ``rules`` and ``betas`` select the methods as in :func:`~fda_core.experiments.phase_diagram.train_grid`.
+    ``rules`` and ``betas`` select the methods and ``training_step``/``granularity`` the reference code's
+    training (the defaults) or the library's, as in :func:`~fda_core.experiments.phase_diagram.train_grid`.
 
     Returns ``(GridResult, metrics DataFrame)`` for all trials, as ``train_grid`` and ``init_metrics``
     would (curves' ``row`` indices renumbered across trials). The result's ``config`` is the resolved
@@ -72,13 +75,15 @@ def run_phase_diagram(
     from ...common import VERSION as __version__
 
     specs = [gm.spec for gm in resolve_methods(rules, betas)]  # validates early, before any trial runs
+    _trainer.check_training_options(training_step, granularity)
     metrics_config = {"n_subsets": int(n_subsets), "n_parts": int(n_parts),
                       "dtype": str(_METRICS_DTYPE).replace("torch.", "")}
     base = {
         "n_points": data.n_points, "shift_levels": [float(v) for v in data.shift_levels],
         "subset_sizes": list(data.subset_sizes), "n_trials": data.n_trials, "seed": data.seed,
         "dtype": str(data.dtype).replace("torch.", ""), "rules": specs,
-        "betas": [float(b) for b in betas], "steps": steps, "lr": lr, "momentum": momentum, "n_parts": n_parts,
+        "betas": [float(b) for b in betas], "steps": steps, "lr": lr, "momentum": momentum,
+        "training_step": training_step, "granularity": granularity, "n_parts": n_parts,
         "reestimate_every": reestimate_every, "n_subsets": n_subsets, "fda_core": __version__,
     }
     revision = run_revision()
@@ -89,8 +94,8 @@ def run_phase_diagram(
         def compute(t: int = t) -> dict[str, Any]:
             computed.append(t)
             res = _trainer.train_grid(data, rules=rules, betas=betas, steps=steps, lr=lr, momentum=momentum,
-                                      n_parts=n_parts, reestimate_every=reestimate_every, trials=[t], device=device,
-                                      progress=progress)
+                                      training_step=training_step, granularity=granularity, n_parts=n_parts,
+                                      reestimate_every=reestimate_every, trials=[t], device=device, progress=progress)
             start = time.perf_counter()
             met = _metrics.init_metrics(data, rules=rules, betas=betas, n_subsets=n_subsets, n_parts=n_parts,
                                         trials=[t], dtype=_METRICS_DTYPE, device=device, progress=progress)

@@ -2,15 +2,28 @@
 trained together, with stacked parameters and the hand-written batched passes of
 :mod:`fda_core.data.sigmoid_net` (``docs/experiments.md`` § Synthetic phase diagram).
 
-Full-batch SGD with momentum (reference: lr 0.2, momentum 0.9, 300 steps). Every step each training
-takes its target gradient g_T on its target subset and its source gradient g_S on the whole source
-set of its shift level, both at its own current parameters, and steps along ĝ of its rule:
-source only ĝ = g_S, target only ĝ = g_T, FedDA ĝ = (1−β)g_T + βg_S and FedGP
+Full-batch gradient descent with momentum, 300 steps, lr 0.2, momentum 0.9 (the papers' reference code).
+Every step each training takes its target gradient g_T on its target subset and its source gradient g_S
+on the whole source set of its shift level, both at its own current parameters, and steps along ĝ of
+its rule: source only ĝ = g_S, target only ĝ = g_T, FedDA ĝ = (1−β)g_T + βg_S and FedGP
 ĝ = (1−β)g_T + β max(⟨g_T, g_S⟩, 0) g_S/‖g_S‖² (:func:`fda_core.core.aggregation.fedda` /
 :func:`~fda_core.core.aggregation.fedgp`, batched, N = 1), with β weighting the SOURCE part. Auto rules
 estimate β once at θ0 (or every ``reestimate_every`` steps) from B target parts
-(:func:`fda_core.core.estimators.auto_beta`). :func:`fda_core.experiments.phase_diagram.reference.train_single`
-is the plain one-training-at-a-time version it is tested against.
+(:func:`fda_core.core.estimators.auto_beta`, on the flat vector as the reference's estimators).
+
+Two options reproduce the reference code exactly (the defaults) or keep the library's earlier behaviour
+(``docs/experiments.md`` § Synthetic phase diagram, where the algebra is written out):
+
+* ``training_step``: ``"reference"`` — the loss sums the squared error over the 10 outputs (mean over the
+  points) and the momentum step applies lr twice, v ← μ·v + lr·ĝ, θ ← θ − lr·v; ``"library"`` — the
+  mean-over-outputs MSE and ``torch.optim.SGD`` (b ← μ·b + ĝ, θ ← θ − lr·b). The reference step equals
+  the library step at lr' = 10·lr² (0.4 for lr 0.2) in exact arithmetic.
+* ``granularity`` of FedGP's projection: ``"per_tensor"`` — each of W1, b1, W2, b2 projected separately,
+  as the reference code trains (:func:`fedgp_per_tensor`); ``"flat"`` — the whole 6,110-vector (what the
+  theory analyses). FedDA, source only and target only are linear, the same either way.
+
+:func:`fda_core.experiments.phase_diagram.reference.train_single` is the plain one-training-at-a-time
+version it is tested against.
 """
 
 from __future__ import annotations
@@ -29,15 +42,23 @@ from ...common.checks import check_int as _check_int
 from ...common.devices import resolve_device
 from ...core.aggregation import fedda, fedgp
 from ...core.estimators import auto_beta
-from ...data.sigmoid_net import N_HIDDEN, N_OUTPUTS, Workspace, batched_backward, batched_forward, batched_set_gradient, init_params
+from ...data.sigmoid_net import (N_HIDDEN, N_OUTPUTS, PARAM_TENSORS, Workspace, batched_backward, batched_forward,
+                                  batched_set_gradient, init_params, outputs_averaged)
 from ...data.synthetic import SyntheticData
 from .result import GridResult
 from .selection import _KINDS, grid_indices as _indices, resolve_methods
 
-__all__ = ["train_grid", "auto_chunk_size", "describe_training", "REFERENCE_TRAINING"]
+__all__ = ["train_grid", "auto_chunk_size", "describe_training", "batched_rule", "fedgp_per_tensor", "check_training_options",
+           "REFERENCE_TRAINING", "TRAINING_STEPS", "GRANULARITIES"]
 
-#: The optimiser of the papers' reference code (the defaults of :func:`train_grid`).
-REFERENCE_TRAINING = {"steps": 300, "lr": 0.2, "momentum": 0.9}
+#: The optimiser of the papers' reference code (the defaults of :func:`train_grid`): its step (loss summed
+#: over the outputs, lr applied twice) and FedGP projected per parameter tensor.
+REFERENCE_TRAINING = {"steps": 300, "lr": 0.2, "momentum": 0.9, "training_step": "reference",
+                      "granularity": "per_tensor"}
+#: Values of ``training_step``: the reference code's step (default) and the library's (torch.optim.SGD, mean MSE).
+TRAINING_STEPS = ("reference", "library")
+#: Values of ``granularity`` (of FedGP's projection): per parameter tensor (default, reference code) or flat.
+GRANULARITIES = ("per_tensor", "flat")
 
 _CPU_BUDGET = 8 << 20  # bytes of one (chunk × 100 × n) activation tensor on the CPU (cache-sized)
 _CUDA_BUDGET = 1 << 30
@@ -59,6 +80,76 @@ def auto_chunk_size(n_points: int, device: str | torch.device = "cpu", dtype: to
     budget = budget_bytes if budget_bytes is not None else (_CUDA_BUDGET if dev.type == "cuda" else _CPU_BUDGET)
     per = N_HIDDEN * max(int(n_points), 1) * torch.tensor([], dtype=dtype).element_size()
     return int(max(1, min(4096, budget // per)))
+
+
+def _check_choice(value: Any, name: str, allowed: Sequence[str]) -> None:
+    if not isinstance(value, str) or value not in allowed:
+        raise ValueError(f"{name} must be one of {list(allowed)}, got {value!r}")
+
+
+def check_training_options(training_step: str, granularity: str) -> None:
+    """Raise ValueError naming the parameter and its allowed values for a bad ``training_step`` (one of
+    :data:`TRAINING_STEPS`) or ``granularity`` (one of :data:`GRANULARITIES`)."""
+    _check_choice(training_step, "training_step", TRAINING_STEPS)
+    _check_choice(granularity, "granularity", GRANULARITIES)
+
+
+def _block_sizes() -> list[int]:
+    return [sl.stop - sl.start for _, sl, _ in PARAM_TENSORS]
+
+
+def fedgp_per_tensor(source_grad: Tensor, target_grad: Tensor, beta: Tensor) -> Tensor:
+    """FedGP with one source applied to each parameter tensor of the network separately, for C trainings
+    at once: for every tensor ℓ of :data:`fda_core.data.sigmoid_net.PARAM_TENSORS` (W1, b1, W2, b2)
+
+        ĝ^ℓ = (1 − β) g_T^ℓ + β max(⟨g_T^ℓ, g_S^ℓ⟩, 0) g_S^ℓ / ‖g_S^ℓ‖²
+
+    (FedGP paper § 4, Proj₊; per tensor as the papers' reference code trains, ``docs/theory.md`` § Layer-wise
+    application, ``docs/experiments.md`` § Synthetic phase diagram). A zero source tensor contributes 0.
+    The same numbers as :func:`fda_core.core.aggregation.fedgp` on the dict form
+    (:func:`fda_core.data.sigmoid_net.param_dict`) of each training, in a few (C, m) passes instead of one
+    call per training and tensor.
+
+    Args:
+        source_grad: (C, m) source gradients g_S (flat, :mod:`fda_core.data.sigmoid_net` order).
+        target_grad: (C, m) target gradients g_T.
+        beta: (C,) β per training in [0, 1] (weight of the source part).
+    Returns:
+        (C, m) aggregated gradients ĝ.
+    """
+    if source_grad.shape != target_grad.shape or source_grad.ndim != 2:
+        raise ValueError(f"source_grad and target_grad must both have shape (C, m), got {tuple(source_grad.shape)} "
+                         f"and {tuple(target_grad.shape)}")
+    if beta.shape != source_grad.shape[:1]:
+        raise ValueError(f"beta must have shape (C,) = {tuple(source_grad.shape[:1])}, got {tuple(beta.shape)}")
+    slices = [sl for _, sl, _ in PARAM_TENSORS]
+    dots = torch.stack([torch.linalg.vecdot(target_grad[:, sl], source_grad[:, sl]) for sl in slices], dim=1)
+    norms2 = torch.stack([torch.linalg.vecdot(source_grad[:, sl], source_grad[:, sl]) for sl in slices], dim=1)
+    safe = torch.where(norms2 > 0, norms2, torch.ones_like(norms2))
+    b = beta.to(target_grad.dtype).unsqueeze(1)
+    coef = torch.where(norms2 > 0, dots.clamp_min(0) / safe, torch.zeros_like(dots)) * b  # (C, tensors)
+    sizes = torch.tensor(_block_sizes(), device=coef.device)
+    return torch.addcmul(target_grad * (1.0 - b), torch.repeat_interleave(coef, sizes, dim=1), source_grad)
+
+
+def batched_rule(kind: str, source_grad: Tensor, target_grad: Tensor, beta: Tensor,
+                 granularity: str = "per_tensor") -> Tensor:
+    """ĝ of C trainings at once: ``kind`` "source_only" (g_S), "target_only" (g_T), "fedda" or "fedgp"
+    (:func:`fda_core.core.aggregation.fedda` / :func:`~fda_core.core.aggregation.fedgp` batched with N = 1
+    on the flat vectors; FedGP with ``granularity="per_tensor"`` per parameter tensor,
+    :func:`fedgp_per_tensor`). ``source_grad``, ``target_grad``: (C, m); ``beta``: (C,). What the trainer
+    applies every step."""
+    _check_choice(granularity, "granularity", GRANULARITIES)
+    if kind == "source_only":
+        return source_grad
+    if kind == "target_only":
+        return target_grad
+    if kind == "fedgp" and granularity == "per_tensor":
+        return fedgp_per_tensor(source_grad, target_grad, beta)
+    if kind not in ("fedda", "fedgp"):
+        raise ValueError(f"kind must be one of {list(_KINDS)}, got {kind!r}")
+    fn = fedda if kind == "fedda" else fedgp
+    return fn(source_grad.unsqueeze(1), target_grad, beta.unsqueeze(1))
 
 
 @dataclass
@@ -99,6 +190,9 @@ def _run_chunk(trajs: list[_Trajectory], data: SyntheticData, theta0: dict[int, 
     dev, dt = data.device, data.dtype
     C, n, steps = len(trajs), data.n_points, cfg["steps"]
     lr, mom, B, reest = cfg["lr"], cfg["momentum"], cfg["n_parts"], cfg["reestimate_every"]
+    reference_step = cfg["training_step"] == "reference"
+    # the training loss: squared error summed over the outputs (reference) or averaged (library), mean over points
+    reduction = "sum" if reference_step else "mean"
     x = data.x
     theta = torch.stack([theta0[t.trial] for t in trajs]).clone()
     buf = torch.zeros_like(theta)
@@ -141,7 +235,7 @@ def _run_chunk(trajs: list[_Trajectory], data: SyntheticData, theta0: dict[int, 
             test_w[i, e] = m_ / m_.sum()
     losses = torch.full((C, e_max, len(eval_steps)), float("nan"), dtype=dt, device=dev)
     eval_pos = {int(s): e for e, s in enumerate(eval_steps)}
-    two_over_o = 2.0 / N_OUTPUTS
+    two_over_o = 2.0 / outputs_averaged(reduction)  # d(loss)/d(output) per point, before the 1/k of the mean
 
     def record(out: Tensor, step: int) -> None:
         sq = (out - y_t).square_().sum(1) / N_OUTPUTS  # (C, n)
@@ -152,7 +246,8 @@ def _run_chunk(trajs: list[_Trajectory], data: SyntheticData, theta0: dict[int, 
     for step in range(steps + 1):
         is_eval = step in eval_pos
         if needs_s and step < steps:
-            g_s = batched_set_gradient(theta, x, ys, ws, "s", (lambda o: record(o, step)) if is_eval else None)
+            g_s = batched_set_gradient(theta, x, ys, ws, "s", (lambda o: record(o, step)) if is_eval else None,
+                                       output_reduction=reduction)
         elif is_eval:
             _, out = batched_forward(theta, x, ws, "s")
             record(out, step)
@@ -198,14 +293,16 @@ def _run_chunk(trajs: list[_Trajectory], data: SyntheticData, theta0: dict[int, 
             elif kind == "target_only":
                 val = g_t if ix is None else g_t[ix]
             else:
-                fn = fedda if kind == "fedda" else fedgp
                 gs_, gt_, b_ = (g_s, g_t, beta) if ix is None else (g_s[ix], g_t[ix], beta[ix])
-                val = fn(gs_.unsqueeze(1), gt_, b_.unsqueeze(1))
+                val = batched_rule(kind, gs_, gt_, b_, cfg["granularity"])
             if ix is None:
                 ghat = val
             else:
                 ghat[ix] = val
-        buf.mul_(mom).add_(ghat)
+        if reference_step:  # the reference code: v ← μ·v + lr·ĝ, θ ← θ − lr·v (docs/experiments.md § Synthetic phase diagram)
+            buf.mul_(mom).add_(ghat, alpha=lr)
+        else:  # torch.optim.SGD: b ← μ·b + ĝ, θ ← θ − lr·b
+            buf.mul_(mom).add_(ghat)
         theta.add_(buf, alpha=-lr)
         if bad is not None:
             theta[bad] = float("nan")
@@ -213,6 +310,13 @@ def _run_chunk(trajs: list[_Trajectory], data: SyntheticData, theta0: dict[int, 
             bar.update(C)
     beta_mean = beta_sum / n_est if n_est else beta_init
     return losses, beta_init, beta_mean
+
+
+_LOSS_WORDS = {
+    "reference": "training: squared error summed over the outputs, mean over points (reference code); "
+                 "test: MSE, mean over points and outputs",
+    "library": "MSE, mean over points and outputs",
+}
 
 
 def train_grid(
@@ -223,6 +327,8 @@ def train_grid(
     steps: int = 300,
     lr: float = 0.2,
     momentum: float = 0.9,
+    training_step: str = "reference",
+    granularity: str = "per_tensor",
     n_parts: int = 2,
     reestimate_every: int | None = None,
     eval_every: int = 10,
@@ -239,8 +345,12 @@ def train_grid(
 
     Each training: θ ← θ0 of its trial; every step g_T on its target subset, g_S on the whole source set
     of its shift level (both at its own θ), ĝ by its rule (``fda_core.core.aggregation.fedda``/``fedgp``,
-    batched with N = 1; source only g_S; target only g_T), then SGD with momentum (``torch.optim.SGD``
-    semantics: buf ← momentum·buf + ĝ, θ ← θ − lr·buf). Auto rules take β from
+    batched with N = 1, FedGP per parameter tensor or flat by ``granularity``; source only g_S; target
+    only g_T), then a momentum step by ``training_step``: ``"reference"`` (default, the papers' reference
+    code) differentiates the squared error summed over the 10 outputs and steps v ← momentum·v + lr·ĝ,
+    θ ← θ − lr·v; ``"library"`` differentiates the mean-over-outputs MSE and steps as ``torch.optim.SGD``,
+    buf ← momentum·buf + ĝ, θ ← θ − lr·buf. (The reference step is the library step at lr' = 10·lr², 0.4 for
+    lr = 0.2: ``docs/experiments.md`` § Synthetic phase diagram.) Auto rules take β from
     :func:`fda_core.core.estimators.auto_beta` on the gradients of ``n_parts`` disjoint equal parts of the
     subset (consecutive blocks of its random order; k mod B points left out of the parts, not of g_T)
     at θ0, and again every ``reestimate_every`` steps when given. The target test MSE (the target
@@ -264,6 +374,11 @@ def train_grid(
             its own β). The table's ``method`` column holds each method's display label, ``rule`` its
             canonical name and ``beta`` its fixed β (NaN for methods without one).
         steps, lr, momentum: optimiser (reference: 300, 0.2, 0.9).
+        training_step: ``"reference"`` (default: loss summed over the outputs, lr applied twice, as the
+            reference code) or ``"library"`` (mean MSE, ``torch.optim.SGD``).
+        granularity: FedGP's projection ``"per_tensor"`` (default: W1, b1, W2, b2 separately, as the reference
+            code) or ``"flat"`` (the whole parameter vector, as the theory). Auto β is estimated on the flat
+            vector either way (as the reference's estimators).
         n_parts: B ≥ 2 target parts for the auto rules.
         reestimate_every: re-estimate auto β every this many steps (None: only at θ0).
         eval_every: steps between test-loss evaluations.
@@ -294,6 +409,7 @@ def train_grid(
             raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
     if lr == 0:
         raise ValueError("lr must be > 0")
+    check_training_options(training_step, granularity)
     trials_ = _indices(trials, data.n_trials, "trials")
     shifts = _indices(shift_indices, data.n_shifts, "shift_indices")
     sizes = _indices(size_indices, data.n_sizes, "size_indices")
@@ -358,7 +474,7 @@ def train_grid(
     eval_steps = np.array(sorted(set(range(0, steps + 1, eval_every)) | {steps}), dtype=np.int64)
     theta0 = {t: init_params(data, t) for t in trials_}
     cfg = {"steps": steps, "lr": float(lr), "momentum": float(momentum), "n_parts": n_parts,
-           "reestimate_every": reestimate_every}
+           "reestimate_every": reestimate_every, "training_step": training_step, "granularity": granularity}
     traj_losses: list[np.ndarray | None] = [None] * len(trajs)
     traj_beta = np.zeros((len(trajs), 2))
     bar = tqdm(total=len(trajs) * steps, unit="step", unit_scale=True, desc="train_grid", disable=not progress,
@@ -392,11 +508,12 @@ def train_grid(
     config = {
         "rules": [gm.spec for gm in methods], "methods": [gm.label for gm in methods],
         "betas": [float(b) for b in betas] if betas is not None else None, "steps": steps,
-        "lr": float(lr), "momentum": float(momentum), "n_parts": n_parts, "reestimate_every": reestimate_every,
+        "lr": float(lr), "momentum": float(momentum), "training_step": training_step, "granularity": granularity,
+        "n_parts": n_parts, "reestimate_every": reestimate_every,
         "eval_every": eval_every, "trials": trials_, "shift_indices": shifts, "size_indices": sizes,
         "n_points": data.n_points, "shift_levels": [float(v) for v in data.shift_levels],
         "subset_sizes": list(data.subset_sizes), "seed": data.seed, "dtype": str(dt).replace("torch.", ""),
-        "dedupe": dedupe, "loss": "MSE, mean over points and outputs",
+        "dedupe": dedupe, "loss": _LOSS_WORDS[training_step],
     }
     timing = {
         "wall_s": wall, "device": str(dev), "chunk_size": chunk, "n_chunks": len(chunks), "n_rows": len(rows),
@@ -408,15 +525,33 @@ def train_grid(
 
 
 def describe_training(config: dict) -> str:
-    """The training of a :class:`GridResult` in words, generated from its ``config`` (what actually ran)."""
+    """The training of a :class:`GridResult` in words, generated from its ``config`` (what actually ran).
+
+    A config without ``training_step``/``granularity`` (stored before these options existed) ran the
+    library step with the flat projection."""
     methods = resolve_methods(config["rules"], None)
     fixed = [f"{gm.label} {gm.beta:g}" for gm in methods if gm.fixed_beta]
     auto = any(gm.estimates_beta for gm in methods)
     ref = REFERENCE_TRAINING
-    text = (f"Training: full-batch SGD with momentum, {config['steps']} steps, lr {config['lr']:g}, momentum "
-            f"{config['momentum']:g} (reference code: {ref['steps']}, {ref['lr']:g}, {ref['momentum']:g}), "
+    step = config.get("training_step", "library")
+    granularity = config.get("granularity", "flat")
+    lr, mom = config["lr"], config["momentum"]
+    if step == "reference":
+        how = (f"the reference code's step: squared error summed over the {N_OUTPUTS} outputs (mean over points), "
+               f"v ← {mom:g}·v + {lr:g}·ĝ, θ ← θ − {lr:g}·v (= SGD with momentum {mom:g} at lr "
+               f"{N_OUTPUTS * lr * lr:g} on the mean MSE)")
+    else:
+        how = (f"the library's step: MSE averaged over points and outputs, torch.optim.SGD (b ← {mom:g}·b + ĝ, "
+               f"θ ← θ − {lr:g}·b; the reference code's step at this lr is this step at lr {N_OUTPUTS * lr * lr:g})")
+    has_gp = any(gm.gradient_rule == "fedgp" for gm in methods)
+    where = ("per parameter tensor (W1, b1, W2, b2), as the reference code" if granularity == "per_tensor"
+             else "on the whole flat parameter vector (the reference code projects per tensor)")
+    text = (f"Training: full-batch gradient descent with momentum, {config['steps']} steps, lr {lr:g}, momentum "
+            f"{mom:g} (reference code: {ref['steps']}, {ref['lr']:g}, {ref['momentum']:g}), {how}; "
             f"{config['dtype']}; every step the target gradient on the subset and the source gradient on the whole "
             f"source set; methods {', '.join(gm.label for gm in methods)}")
+    if has_gp:
+        text += f"; FedGP projects {where}"
     if fixed:
         text += f"; β (weight of the source part): {', '.join(fixed)}"
     if auto:
