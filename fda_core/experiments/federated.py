@@ -71,7 +71,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
                                       # FedGP paper Eq. B.2 and its code) or 'taken' (⌈n/bs⌉·epochs)
 }
 
-#: Allowed values of ``alignment_steps`` (``docs/experiments.md`` § Magnitude alignment).
+#: Allowed values of ``alignment_steps`` (``docs/reproduction.md`` § Reference-exact options).
 ALIGNMENT_STEPS = ("fractional", "taken")
 
 #: Top-level keys that set a method option (the names ``run_experiment`` has always accepted):

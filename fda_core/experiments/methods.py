@@ -187,7 +187,7 @@ class RoundResults:
         scratch: (m,) a buffer the method may use (e.g. for the combined update before adding it).
         as_dict, as_dicts: per-tensor views {name: tensor} of a flat vector / of each row of an (N, m) tensor.
         source_alignment_steps, target_alignment_steps: the step counts the magnitude-alignment factor
-            uses (``docs/experiments.md`` § Magnitude alignment): the engine's ``alignment_steps="fractional"``
+            uses (``docs/reproduction.md`` § Reference-exact options): the engine's ``alignment_steps="fractional"``
             gives n/bs·epochs (FedGP paper App. B.2 Eq. B.2 and the reference code), ``"taken"`` the steps
             actually taken, ⌈n/bs⌉·epochs. None: ``source_steps`` / ``target_steps``.
     """
@@ -212,7 +212,7 @@ class RoundResults:
 
     def alignment_factors(self) -> Tensor:
         """(N,) magnitude-alignment factors a_i = (lr_T / lr_S) · s_T / s_i (FedGP paper App. B.2 Eq. B.2;
-        ``docs/experiments.md`` § Magnitude alignment), s the step counts of ``source_alignment_steps`` /
+        ``docs/reproduction.md`` § Reference-exact options), s the step counts of ``source_alignment_steps`` /
         ``target_alignment_steps`` (default: the steps taken)."""
         if self.source_updates is None:
             raise ValueError("the sources did not train this round: there are no source updates to align")
@@ -437,7 +437,7 @@ class FedDA(FDAMethod):
 
     Options: ``beta``; ``align`` (default False: the source updates enter as sent, as in the papers' reference
     code, which aligns magnitudes for FedGP only; True multiplies each g_i by the alignment factor a_i first,
-    ``docs/experiments.md`` § Magnitude alignment).
+    ``docs/reproduction.md`` § Reference-exact options).
     """
 
     name, label = "fedda", "FedDA"
@@ -504,7 +504,7 @@ class _AutoMethod(FDAMethod):
     Option ``lr_scaling``: 'paper' (default, the definition above) or 'reference' — the paper's reference
     scripts multiply the target's parts by lr_T / lr_S and leave the sources unscaled, which puts the
     target's variance (lr_T/lr_S)² too low against the distances (β collapses towards 0 when lr_T < lr_S;
-    ``docs/experiments.md`` § Auto-β scaling). Kept only to show that effect."""
+    ``docs/reproduction.md`` § Reference-exact options). Kept only to show that effect."""
 
     estimates_beta = True
     base: ClassVar[str] = ""
@@ -745,7 +745,7 @@ def parse_method_spec(spec: str | Mapping[str, Mapping[str, Any]]) -> tuple[str,
 
 
 #: Options that make a method the papers' reference implementation ("reference") or the library's earlier
-#: defaults ("library"); ``docs/experiments.md`` § Reference variants. A method not listed is the same in both.
+#: defaults ("library"); ``docs/reproduction.md`` § Reference-exact options. A method not listed is the same in both.
 VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
     # the papers' code: FedGP and FedGP_Auto project per layer with the cosine filter and magnitude alignment
     # (FedGP paper App. B.2 Eq. B.2); FedDA combines the source updates as sent
