@@ -403,7 +403,8 @@ def test_study_notes_come_from_the_configs_that_ran(tmp_path):
     note = s.note(runs, extra=s.vw_note())
     assert "clients at 0, 45 degrees; 12 training and 4 held-out digits" in note
     assert "L=1 layers, K=2 directions" in note and "after layers [0, 1]" in note
-    assert "Hist INB-L1-K2-J3-V4 (INB, J=3, VW histograms with V=4)" in note and note.count("INB-L1-K2-J3 (") == 1
+    assert "Hist INB-L1-K2-J3-V4 (INB, J=3, VW histograms with V=4, reference option)" in note
+    assert note.count("INB-L1-K2-J3 (") == 1 and "Options: reference = as the official Fed INB code" in note
     assert f"{paper_value('setting')['n_train_per_class']} training" in note and "second" not in note
     assert "Sinkhorn epsilon = 0.02" in s.cross_check_note()
     r = runs["INB (sorted samples)"]

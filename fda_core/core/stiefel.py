@@ -9,7 +9,9 @@
   skew-symmetric A = GΘᵀ − ΘGᵀ = UVᵀ);
 * Armijo: accept τ when loss(Θ(τ)) ≤ loss(Θ) + c·τ·m with m = ⟨G, −AΘ⟩ = d loss/dτ at τ = 0 (c = 0.5);
   first trial 0.1, shrink ×0.5 until accepted, grow ×1.5 after an accepted step; stop after J
-  iterations or when max|ΔΘ| < 1e-6.
+  iterations or when max|ΔΘ| < 1e-6. The step is on the objective's own scale: Θ(τ) depends on τ·G only, so
+  an objective c× larger (the official Fed INB code's is M× paper eq. 2) searches like ``init_step`` c× larger
+  (``docs/translation.md`` § Reference-code conventions).
 
 Everything here is batched over a leading dimension (one independent problem per class), so the ten
 per-class problems of a class-conditional translator run as one computation.

@@ -17,7 +17,7 @@ import pandas as pd
 from ..experiments.paper_numbers import paper_value
 
 __all__ = ["curve_table", "plot_wd_curves", "plot_translation_grid", "plot_objective_traces", "plot_iterations",
-           "figure_variants", "figure_j", "figure_vw", "figure_grid", "figure_iterations"]
+           "plot_iterations_by_option", "figure_variants", "figure_j", "figure_vw", "figure_grid", "figure_iterations"]
 
 
 def curve_table(results: dict[str, dict]) -> pd.DataFrame:
@@ -118,7 +118,34 @@ def plot_iterations(table: pd.DataFrame, ax: plt.Axes | None = None, title: str 
     ax.set_xticks(np.arange(len(digits)) + 0.4 - w / 2, [str(d) for d in digits])
     ax.set_xlabel("digit")
     ax.set_ylabel("iterations incl. backtracking (L·J + extra)")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=min(3, len(runs)), frameon=False)
+    if title:
+        ax.set_title(title, fontsize=10)
+    return ax
+
+
+def plot_iterations_by_option(table: pd.DataFrame, ax: plt.Axes | None = None, title: str | None = None) -> plt.Axes:
+    """Mean Armijo iterations per digit for each Table-5 variant under each option set, with the paper's Table 5
+    value as a black tick; ``table`` from :func:`fda_core.experiments.translation.tables.iterations_by_option`
+    (columns variant, option, ours_mean, ours_min, ours_max, paper)."""
+    ax = ax or plt.gca()
+    variants = list(dict.fromkeys(table.variant))
+    options = list(dict.fromkeys(table.option))
+    w = 0.8 / max(1, len(options))
+    for i, opt in enumerate(options):
+        t = table[table.option == opt].set_index("variant").reindex(variants)
+        x = np.arange(len(variants)) + i * w
+        ax.bar(x, t.ours_mean, width=w, label=f"ours, {opt} option")
+        ax.errorbar(x, t.ours_mean, yerr=[t.ours_mean - t.ours_min, t.ours_max - t.ours_mean], fmt="none",
+                    ecolor="0.3", capsize=2, lw=1)
+    paper = table.drop_duplicates("variant").set_index("variant").reindex(variants).paper
+    centre = np.arange(len(variants)) + 0.4 - w / 2
+    ax.scatter(centre, paper, marker="_", s=900, color="black", zorder=3, label="paper Table 5")
+    ax.set_xticks(centre, variants)
+    ax.set_ylabel("iterations per digit (mean; bars: min–max)")
+    lo = float(np.nanmin([table.ours_min.min(), paper.min()]))
+    ax.set_ylim(bottom=0.9 * lo)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, frameon=False, markerscale=0.4)
     if title:
         ax.set_title(title, fontsize=10)
     return ax
@@ -167,10 +194,18 @@ def figure_grid(record: dict, plan: Mapping[str, Any], pixel: bool = False) -> t
     return plot_translation_grid(record["grid"], title=title)
 
 
-def figure_iterations(table: pd.DataFrame, plan: Mapping[str, Any]) -> plt.Figure:
-    """Armijo iterations per digit and run, beside the paper's setting of Table 5."""
+def figure_iterations(table: pd.DataFrame, plan: Mapping[str, Any], by_option: pd.DataFrame | None = None
+                      ) -> plt.Figure:
+    """Armijo iterations per digit and run, beside the paper's setting of Table 5; with ``by_option`` (from
+    :func:`~fda_core.experiments.translation.tables.iterations_by_option`) a second panel: the mean per variant
+    under each option set beside the paper's Table 5."""
     s = paper_value("setting")
-    fig, ax = plt.subplots(figsize=(8, 3.6))
+    if by_option is None:
+        fig, ax = plt.subplots(figsize=(8, 4.0))
+    else:
+        fig, (ax, ax2) = plt.subplots(1, 2, figsize=(14, 4.2), gridspec_kw=dict(width_ratios=[1.6, 1]))
+        plot_iterations_by_option(by_option, ax2, "Table 5: reference vs library option (mean over digits)")
     plot_iterations(table, ax, f"Armijo iterations per digit (L={plan['L']}, J={plan['J']}); paper Table 5: "
                                f"L={s['L']}, J={s['J']}")
+    fig.tight_layout()
     return fig

@@ -12,8 +12,10 @@ imported here, so that editing them leaves the code revision of stored runs unch
 """
 
 from .comms import CommunicationLog, expected_parameters
-from .inb import VARIANTS, FedINB, INBLayer, federated_gradient, max_k_sw_objective
+from .inb import CONVENTIONS, INPUT_TRANSFORMS, VARIANTS, FedINB, INBLayer, ProbitTransform, federated_gradient, \
+    max_k_sw_objective
 from ...core.wasserstein import wasserstein_distance, wasserstein_distances
 
-__all__ = ["FedINB", "INBLayer", "VARIANTS", "CommunicationLog", "expected_parameters", "federated_gradient",
-           "max_k_sw_objective", "wasserstein_distance", "wasserstein_distances"]
+__all__ = ["FedINB", "INBLayer", "ProbitTransform", "VARIANTS", "CONVENTIONS", "INPUT_TRANSFORMS", "CommunicationLog",
+           "expected_parameters", "federated_gradient", "max_k_sw_objective", "wasserstein_distance",
+           "wasserstein_distances"]

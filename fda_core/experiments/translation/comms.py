@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import pandas as pd
 from torch import Tensor
 
-__all__ = ["CommunicationLog", "expected_parameters"]
+__all__ = ["CommunicationLog", "expected_parameters", "expected_messages"]
 
 
 class CommunicationLog:
@@ -104,15 +104,35 @@ class ExpectedParameters:
         return self.up + self.down
 
 
+def expected_messages(d: int, k: int, n: int, n_iter: int, n_trials: int, n_bins: int | None, bary_bins: int,
+                      bary_grid: int) -> dict[tuple[str, str, str], int]:
+    """Parameters one client sends or receives for one layer of one class problem, per message:
+    {(stage, tag, direction): params}, the protocol of the module docstring (``docs/translation.md``
+    § Communication accounting): Q = n (sorted projections) or V + 1 (VW edges), E = 1 + n_trials evaluations,
+    n_iter gradients. A :class:`CommunicationLog` of a fit holds, per layer and message, the sum of these
+    over the class problems."""
+    q = n if n_bins is None else n_bins + 1
+    e = 1 + n_trials
+    return {
+        ("max_k_sw", "theta_init", "down"): d * k,
+        ("max_k_sw", "projections" if n_bins is None else "vw_quantiles", "up"): e * k * q,
+        ("max_k_sw", "barycenter", "down"): e * k * q,
+        ("max_k_sw", "objective", "up"): e,
+        ("max_k_sw", "gradient", "up"): n_iter * d * k,
+        ("max_k_sw", "gradient_sum", "down"): n_iter * d * k,
+        ("max_k_sw", "step_size", "down"): n_trials,
+        ("barycenter", "client_cdf", "up"): k * (bary_bins + 2),
+        ("barycenter", "barycenter_quantiles", "down"): k * (bary_grid + 1),
+    }
+
+
 def expected_parameters(d: int, k: int, n: int, n_iter: int, n_trials: int, n_bins: int | None,
                         bary_bins: int, bary_grid: int) -> ExpectedParameters:
     """Parameters one client sends (up) and receives (down) for one layer of one class problem.
 
     Module docstring formula (``docs/translation.md`` § Communication accounting): Q = n (plain) or V + 1 (VW),
-    E = 1 + n_trials evaluations, n_iter gradients.
+    E = 1 + n_trials evaluations, n_iter gradients; the sums of :func:`expected_messages` by direction.
     """
-    q = n if n_bins is None else n_bins + 1
-    e = 1 + n_trials
-    up = e * (k * q + 1) + n_iter * d * k + k * (bary_bins + 2)
-    down = d * k + e * k * q + n_iter * d * k + n_trials + k * (bary_grid + 1)
-    return ExpectedParameters(up, down)
+    msgs = expected_messages(d, k, n, n_iter, n_trials, n_bins, bary_bins, bary_grid)
+    return ExpectedParameters(sum(v for key, v in msgs.items() if key[2] == "up"),
+                              sum(v for key, v in msgs.items() if key[2] == "down"))

@@ -23,14 +23,14 @@ from ...common.devices import resolve_device
 from ...common.files import atomic_write
 from ...common.provenance import code_revision
 from ...common.store import config_hash
-from ...core.barycenter import default_bins
 from ...core.wasserstein import wasserstein_distances
 from ...data.autoencoder import ConvAutoencoder, train_autoencoder
 from ...data.rotated_domains import RotatedDomains, rotated_mnist
+from .comms import expected_messages
 from .inb import FedINB
 
 __all__ = ["set_threads", "load_domains", "autoencoder_revision", "get_autoencoders", "identity_wd", "wd_by_depth",
-           "run_translation"]
+           "run_translation", "vw_equals_plain", "vw_record_from_plain"]
 
 
 def set_threads(n: int | None) -> int:
@@ -144,34 +144,47 @@ def identity_wd(domains: RotatedDomains, method: str = "emd", reg: float = 0.02,
 
 
 def wd_by_depth(model: FedINB, domains: RotatedDomains, depths, method: str = "emd", reg: float = 0.02,
-                chunk: int = 1000) -> pd.DataFrame:
+                chunk: int = 1000, known: dict[int, pd.DataFrame] | None = None) -> pd.DataFrame:
     """Held-out WD after ℓ layers for ℓ in ``depths``: per (depth, source, target ≠ source, class),
-    WD(real target digits, digits translated source → target) (paper Sec. 4 Metrics)."""
-    rows = []
+    WD(real target digits, digits translated source → target) (paper Sec. 4 Metrics).
+
+    ``known``: depth → rows of this table already measured (e.g. depth 0, where every translator of one
+    variant and input transform is the same map); those depths are not translated again."""
+    known = {d: t for d, t in (known or {}).items() if d in set(depths)}
+    rows = [known[d] for d in sorted(known)]
+    todo = [d for d in depths if d not in known]
     classes = sorted(domains.test_y[0].unique().tolist())
     by_depth: dict[int, tuple[list, list]] = {}
-    for depth, s, t, xs, ys in model.translate_all(domains.test_x, domains.test_y, depths):
+    for depth, s, t, xs, ys in (model.translate_all(domains.test_x, domains.test_y, todo) if todo else ()):
         r, p = by_depth.setdefault(depth, ([], []))
         p += [(domains.test_x[t][domains.test_y[t] == c], xs[(ys == c).to(xs.device)].cpu()) for c in classes]
         r += [dict(depth=depth, source=s, target=t, label=c) for c in classes]
     for depth, (r, p) in by_depth.items():
         rows.append(pd.DataFrame(r).assign(wd=wasserstein_distances(p, method, reg, chunk=chunk)))
-    return pd.concat(rows, ignore_index=True)
+    return pd.concat(rows, ignore_index=True).sort_values(["depth", "source", "target", "label"], kind="stable",
+                                                          ignore_index=True)
 
 
 def run_translation(config: dict, domains: RotatedDomains, autoencoders=None, grid_per_class: int = 0,
-                    sinkhorn_check: bool = False) -> dict:
+                    sinkhorn_check: bool = False, depth0_cache: dict | None = None) -> dict:
     """Fit one Fed INB configuration and evaluate it (paper Sec. 4.1). JSON-serialisable result.
 
     ``config`` keys: variant ("INB", "AEINB", "IndAEINB"), n_layers, n_directions, max_iter, n_bins (None
     or V), seed, device, eval_depths (list of depths, or None for every layer), wd_method ("emd" or
-    "sinkhorn"), wd_reg, wd_chunk. ``autoencoders``: the model(s) for AE variants. ``grid_per_class``:
+    "sinkhorn"), wd_reg, wd_chunk, convention ("library" or "reference", default "library") and
+    input_transform ("auto", "probit" or "none", default "auto"): the options of
+    :class:`~fda_core.experiments.translation.inb.FedINB` (``docs/translation.md`` § Reference-code
+    conventions). ``autoencoders``: the model(s) for AE variants. ``grid_per_class``:
     how many held-out digits per class of client 0 to translate to the last client (Fig. 3a).
     ``sinkhorn_check``: also compute the final WD with the other solver (Sinkhorn vs EMD cross-check).
+    ``depth0_cache``: a dict shared by the runs of one set of domains and autoencoders; the depth-0 WD rows
+    (no layer applied: the same map for every run of a variant and input transform) are measured once per
+    (variant, input transform, WD method) and reused.
     """
     cfg = dict(config)
     model = FedINB(cfg["n_layers"], cfg["n_directions"], cfg["max_iter"], cfg.get("n_bins"), variant=cfg["variant"],
-                   autoencoders=autoencoders, seed=cfg.get("seed", 0), device=cfg.get("device", "auto"))
+                   autoencoders=autoencoders, seed=cfg.get("seed", 0), device=cfg.get("device", "auto"),
+                   convention=cfg.get("convention", "library"), input_transform=cfg.get("input_transform", "auto"))
     t0 = time.perf_counter()
     model.fit(domains.train_x, domains.train_y)
     if model.device.type == "cuda":
@@ -181,7 +194,11 @@ def run_translation(config: dict, domains: RotatedDomains, autoencoders=None, gr
     depths = sorted({int(d) for d in depths if 0 <= int(d) <= model.n_layers} | {model.n_layers})
     method, reg, chunk = cfg.get("wd_method", "emd"), cfg.get("wd_reg", 0.02), cfg.get("wd_chunk", 1000)
     t1 = time.perf_counter()
-    wd = wd_by_depth(model, domains, depths, method, reg, chunk)
+    key = (model.variant, model.input_transform_, method, reg, chunk)
+    known = {0: depth0_cache[key]} if depth0_cache is not None and key in depth0_cache else None
+    wd = wd_by_depth(model, domains, depths, method, reg, chunk, known=known)
+    if depth0_cache is not None and 0 in depths:
+        depth0_cache.setdefault(key, wd[wd.depth == 0].reset_index(drop=True))
     eval_seconds = time.perf_counter() - t1
     comm = model.communication.per_layer()
     cum = np.concatenate([[0], comm["cumulative"].to_numpy()])
@@ -194,8 +211,9 @@ def run_translation(config: dict, domains: RotatedDomains, autoencoders=None, gr
     hist = pd.DataFrame([{k: v for k, v in h.items() if k != "trace"} for h in model.history])
     result = dict(
         name=model.name, device=str(model.device), fit_seconds=fit_seconds, eval_seconds=eval_seconds,
-        dim=model.dim, classes=model.classes, curve=curve,
-        bary_bins=model.bary_bins or default_bins(int(domains.sizes["n_train_per_class"])), bary_grid=model.bary_grid,
+        dim=model.dim, classes=model.classes, curve=curve, convention=model.convention,
+        input_transform=model.input_transform_,
+        bary_bins=model.client_bins(int(domains.sizes["n_train_per_class"])), bary_grid=model.bary_grid,
         wd_final=curve[-1]["wd"], wd_start=curve[0]["wd"],
         wd_final_per_class=wd[wd.depth == depths[-1]].groupby("label").wd.mean().round(6).tolist(),
         comm_per_layer=json.loads(comm.drop(columns="cumulative").to_json(orient="records")),
@@ -223,3 +241,54 @@ def run_translation(config: dict, domains: RotatedDomains, autoencoders=None, gr
                               original=x.numpy().round(4).tolist(), translated=out.numpy().round(4).tolist(),
                               target_real=domains.test_x[tgt][idx].numpy().round(4).tolist())
     return result
+
+
+def vw_equals_plain(n_bins: int | None, n: int) -> bool:
+    """Whether VW histograms with V = ``n_bins`` bins reproduce the plain search bit for bit for n samples per
+    client and class: V a multiple of n (``docs/translation.md`` § VW histograms). Then every pseudo-sample
+    of the barycenter (paper eq. 3) sits at an integer edge position k·i, and that edge is the order statistic
+    i of every client exactly (:func:`~fda_core.core.barycenter.vw_edges`), so the objective, the search, the
+    1-D maps and the translator are those of the run with sorted projections; only the messages differ."""
+    return n_bins is not None and n_bins >= n and n_bins % n == 0
+
+
+def vw_record_from_plain(plain: dict, n_bins: int) -> dict:
+    """The record :func:`run_translation` returns for VW histograms with V = ``n_bins`` (a multiple of n, see
+    :func:`vw_equals_plain`), built without refitting from ``plain``, the record (with its ``config``) of the
+    same configuration with sorted projections: the same translator, WD, iterations and traces; the
+    communication counted per layer and message by the closed form of the VW protocol
+    (:func:`~fda_core.experiments.translation.comms.expected_messages` with Q = V + 1, from each layer's and
+    class's iterations and Armijo trials — what the message log of a fit counts, ``tests/test_inb_reference.py``).
+    ``derived_from`` names the plain run; no time is spent (``fit_seconds`` = ``eval_seconds`` = 0). The result
+    has no ``config`` (the caller adds the VW run's)."""
+    cfg = plain["config"]
+    n, k = int(cfg["data"]["n_train"]), int(cfg["n_directions"])
+    if cfg["n_bins"] is not None or not vw_equals_plain(n_bins, n):
+        raise ValueError(f"plain must be a run with sorted projections and n_bins a multiple of n={n} (V = k·n "
+                         f"reproduces the plain search), got n_bins={n_bins!r} for a run with n_bins={cfg['n_bins']!r}")
+    per_layer: dict[int, dict[tuple[str, str, str], int]] = {}
+    for h in plain["history"]:
+        msgs = expected_messages(plain["dim"], k, n, h["n_iter"], h["n_trials"], n_bins, plain["bary_bins"],
+                                 plain["bary_grid"])
+        acc = per_layer.setdefault(h["layer"], {})
+        for key, v in msgs.items():
+            acc[key] = acc.get(key, 0) + v
+    layers = sorted(per_layer)
+    up = [sum(v for key, v in per_layer[ly].items() if key[2] == "up") for ly in layers]
+    down = [sum(v for key, v in per_layer[ly].items() if key[2] == "down") for ly in layers]
+    cum, cum_up, cum_down = (np.concatenate([[0], np.cumsum(x)]) for x in ([u + d for u, d in zip(up, down)], up, down))
+    curve = [{**p, "params": int(cum[p["depth"]]), "params_up": int(cum_up[p["depth"]]),
+              "params_down": int(cum_down[p["depth"]])} for p in plain["curve"]]
+    tags: dict[tuple[str, str, str], int] = {}
+    for acc in per_layer.values():
+        for key, v in acc.items():
+            tags[key] = tags.get(key, 0) + v
+    out = {key: v for key, v in plain.items() if key not in ("grid", "cross_check", "config")}
+    out.update(
+        name=f"Hist {plain['name']}-V{n_bins}", fit_seconds=0.0, eval_seconds=0.0, derived_from=plain["name"],
+        curve=curve, wd_final=curve[-1]["wd"], wd_start=curve[0]["wd"],
+        comm_per_layer=[dict(layer=ly, up=int(u), down=int(d), total=int(u + d)) for ly, u, d in zip(layers, up, down)],
+        comm_by_tag=[dict(stage=key[0], tag=key[1], direction=key[2], params=int(v))
+                     for key, v in sorted(tags.items())],
+        params_total=int(sum(up) + sum(down)), params_up=int(sum(up)), params_down=int(sum(down)))
+    return out

@@ -16,6 +16,12 @@ Precision policy: the direction search (the expensive part: J·(1 + backtracking
 runs its projections and gradients in ``search_dtype`` (float32 by default) with Θ and the Stiefel step in
 float64 (``docs/translation.md`` § One INB layer); the layer maps and the data they move are float64,
 so T⁻¹(T(x)) = x to ~1e-10 even where a histogram bin is nearly empty.
+
+Reference-code options (``docs/translation.md`` § Reference-code conventions): ``input_transform`` wraps
+pixel-space INB in the probit map x ↦ Φ⁻¹(clamp(x, ε, 1 − ε)) on the way in and Φ on the way out (the
+official Fed INB code's ``GaussianInverseCDF`` / ``GaussianCDF`` layers, ε = 1e-6), so translated pixels stay
+in [0, 1]; ``convention="reference"`` uses the official code's objective scale (Σ_m of per-client means,
+M× paper eq. 2) and its client-histogram bin rule round(√(M·n)).
 """
 
 from __future__ import annotations
@@ -26,34 +32,71 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import Tensor
+from torch.special import ndtri
 
 from ...common.devices import resolve_device
-from ...core.barycenter import (BarycenterQuantile, ClientCDF, barycenter_grid, barycenter_quantile,
-                         fit_client_cdf, vw_edges, vw_pseudo_samples)
+from ...core.barycenter import (BarycenterQuantile, ClientCDF, barycenter_grid, barycenter_quantile, default_bins,
+                                fit_client_cdf, ndtr, vw_edges, vw_pseudo_samples)
 from .comms import CommunicationLog
 from ...core.stiefel import armijo_cayley_maximize, haar_stiefel
 
-__all__ = ["FedMaxKSW", "INBLayer", "FedINB", "max_k_sw_objective", "federated_gradient",
-           "VARIANTS"]
+__all__ = ["FedMaxKSW", "INBLayer", "FedINB", "ProbitTransform", "max_k_sw_objective", "federated_gradient",
+           "objective_norm", "VARIANTS", "CONVENTIONS", "INPUT_TRANSFORMS", "PROBIT_EPS"]
 
 VARIANTS = ("INB", "AEINB", "IndAEINB")
+#: whose conventions the objective scale and the client-histogram bins follow (``docs/translation.md``
+#: § Reference-code conventions): the paper's formulas ("library") or the official Fed INB code ("reference")
+CONVENTIONS = ("library", "reference")
+#: input transforms of :class:`FedINB`: "auto" (probit for pixel-space INB on data in [0, 1], else none),
+#: "probit" (x ↦ Φ⁻¹(clamp(x, ε, 1 − ε)), Φ on the way out) or "none"
+INPUT_TRANSFORMS = ("auto", "probit", "none")
+#: clamp of the probit transform: pixels are clamped to [ε, 1 − ε] before Φ⁻¹, as the official Fed INB code
+#: does (``GaussianInverseCDF``: clamp to [1e-6, 1 − 1e-6]); Φ⁻¹(ε) = −4.753…, so the transform stays finite
+PROBIT_EPS = 1e-6
 
 
-def sort_last(t: Tensor) -> tuple[Tensor, Tensor]:
-    """(values, indices) of ``t`` sorted along its last dimension. On the CPU numpy's introsort is used
-    (3× faster than ``torch.sort`` for the short rows here; same values, deterministic)."""
+def check_convention(convention: str) -> str:
+    """``convention`` if it is one of :data:`CONVENTIONS`, else ValueError naming the allowed values."""
+    if convention not in CONVENTIONS:
+        raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}")
+    return convention
+
+
+def objective_norm(m: int, k: int, n: int, convention: str = "library") -> int:
+    """The divisor of the squared residuals in the max-K-SW objective.
+
+    "library": M·K·n, the paper's eq. 2 (F = 1/(MKn) Σ_m Σ_k Σ_i …). "reference": K·n, the official Fed INB
+    code (``SlicedWassersteinDistance``: Σ_m mean over directions and samples), i.e. M× eq. 2 — the same
+    maximiser, but a gradient M× larger, so the same Armijo first trial (0.1) is an M× longer step
+    (``docs/translation.md`` § Reference-code conventions).
+    """
+    check_convention(convention)
+    return m * k * n if convention == "library" else k * n
+
+
+def sort_values(t: Tensor) -> Tensor:
+    """``t`` sorted along its last dimension. On the CPU numpy's introsort is used (several times faster than
+    ``torch.sort`` for the short rows here; the same values)."""
     if t.device.type != "cpu" or t.requires_grad:
-        return t.sort(dim=-1)
-    idx = np.argsort(t.numpy(), axis=-1)
-    return torch.from_numpy(np.take_along_axis(t.numpy(), idx, axis=-1)), torch.from_numpy(idx)
+        return t.sort(dim=-1).values
+    return torch.from_numpy(np.sort(t.numpy(), axis=-1))
 
 
-def max_k_sw_objective(x: Tensor, theta: Tensor, n_bins: int | None = None) -> Tensor:
+def argsort_last(t: Tensor) -> Tensor:
+    """The permutation that sorts ``t`` along its last dimension (numpy's on the CPU: deterministic, so the same
+    projections always give the same permutation)."""
+    if t.device.type != "cpu" or t.requires_grad:
+        return t.argsort(dim=-1)
+    return torch.from_numpy(np.argsort(t.numpy(), axis=-1))
+
+
+def max_k_sw_objective(x: Tensor, theta: Tensor, n_bins: int | None = None, convention: str = "library") -> Tensor:
     """The centralised multi-max-K-SW objective (paper eq. 2; with VW histograms eq. 3), differentiable.
 
     x: (M, n, d) or (B, M, n, d); theta: (d, K) or (B, d, K). F(Θ) = 1/(MKn) Σ_m Σ_k Σ_i
     ((θ_kᵀx_m)_[i] − y_[i],k)², y the barycenter as a *function* of Θ (the mean of the sorted projections,
-    or the VW pseudo-samples of the averaged quantile edges). Returns F, shape () or (B,).
+    or the VW pseudo-samples of the averaged quantile edges); ``convention="reference"`` divides by K·n
+    instead (:func:`objective_norm`). Returns F, shape () or (B,).
     """
     single = x.ndim == 3
     if single:
@@ -65,7 +108,7 @@ def max_k_sw_objective(x: Tensor, theta: Tensor, n_bins: int | None = None) -> T
         y = s.mean(1, keepdim=True)
     else:
         y = vw_pseudo_samples(vw_edges(s, n_bins).mean(1, keepdim=True), n)
-    f = (s - y).square().sum(dim=(1, 2, 3)) / (m * k * n)
+    f = (s - y).square().sum(dim=(1, 2, 3)) / objective_norm(m, k, n, convention)
     return f[0] if single else f
 
 
@@ -77,13 +120,14 @@ class FedMaxKSW:
     work are separated: the tensors passed between them go through ``log`` (see ``comms``), and the
     server only uses what it received. Clients rebuild trial projections from the broadcast gradient
     sum and the step size (paper App. C.3): X_mΘ(τ) = X_mΘ − τ X_m[G, Θ]W(τ), so one pass over the data
-    per iteration (X_mG) replaces a projection per trial.
+    per iteration (X_mG) replaces a projection per trial. ``convention`` sets the objective's scale
+    (:func:`objective_norm`: 1/(MKn) as paper eq. 2, or 1/(Kn) as the official code).
     """
 
     stage = "max_k_sw"
 
     def __init__(self, x: Tensor, n_directions: int, n_bins: int | None = None, log: CommunicationLog | None = None,
-                 layer: int = 0):
+                 layer: int = 0, convention: str = "library"):
         if x.ndim != 4:
             raise ValueError(f"x must have shape (B, M, n, d), got {tuple(x.shape)}")
         self.x = x
@@ -93,11 +137,11 @@ class FedMaxKSW:
         self.log = log
         self.layer = layer
         self.xt = x.reshape(self.b, self.m * self.n, self.d).transpose(1, 2)  # (B, d, M·n) view
-        self.scale = 2.0 / (self.m * self.k * self.n)
+        self.norm = objective_norm(self.m, self.k, self.n, convention)
+        self.scale = 2.0 / self.norm
         shape = (self.b, self.k, self.m, self.n)
         self.proj = torch.zeros(shape, dtype=torch.float64, device=x.device)  # Θᵀx at the accepted Θ
         self.resid = torch.zeros(shape, dtype=x.dtype, device=x.device)  # sorted s − y
-        self.perm = torch.zeros(shape, dtype=torch.long, device=x.device)  # sort permutation
         self.xg = torch.zeros(self.b, self.k, self.m * self.n, dtype=torch.float64, device=x.device)
 
     # -- helpers ---------------------------------------------------------------------------------------
@@ -112,7 +156,7 @@ class FedMaxKSW:
 
     # -- StiefelObjective ----------------------------------------------------------------------------
     def evaluate(self, theta: Tensor, step: tuple[Tensor, Tensor, Tensor] | None, idx: Tensor
-                 ) -> tuple[Tensor, tuple[Tensor, Tensor, Tensor]]:
+                 ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         """One round trip at Θ for problems ``idx``: F (len(idx),) float64 and the pending state."""
         bi = idx.numel()
         if step is None:  # clients project with Θ₀ (received as theta_init)
@@ -125,7 +169,7 @@ class FedMaxKSW:
                 coef.transpose(1, 2), stacked)
         proj = proj.reshape(bi, self.k, self.m, self.n)
         # clients: sort each projected sample; send sorted values (Alg. 1) or VW quantiles (Def. 1)
-        s, perm = sort_last(proj)
+        s = sort_values(proj)
         if self.n_bins is None:
             msg = self._up("projections", s, client_dim=2)
         else:
@@ -134,23 +178,24 @@ class FedMaxKSW:
         bary = self._down("barycenter", msg.mean(2))
         y = bary if self.n_bins is None else vw_pseudo_samples(bary, self.n)
         resid = s - y[:, :, None]
-        local = resid.square().sum(dim=(1, 3)) / (self.m * self.k * self.n)  # d_m, (bi, M)
+        local = resid.square().sum(dim=(1, 3)) / self.norm  # d_m, (bi, M)
         f = self._up("objective", local, client_dim=1).sum(1)  # server: F = Σ_m d_m
-        return f, (proj, resid.to(self.x.dtype), perm)
+        return f, (proj, resid.to(self.x.dtype))
 
-    def accept(self, pending: tuple[Tensor, Tensor, Tensor], ok: Tensor, idx: Tensor) -> None:
-        proj, resid, perm = pending
+    def accept(self, pending: tuple[Tensor, Tensor], ok: Tensor, idx: Tensor) -> None:
+        proj, resid = pending
         self.proj[idx] = proj[ok]
         self.resid[idx] = resid[ok]
-        self.perm[idx] = perm[ok]
 
     def gradient(self, idx: Tensor) -> Tensor:
         """Σ_m ∂d_m/∂Θ with the barycenter held constant (paper Remark 1), (len(idx), d, K) float64.
 
-        Client m: ∂d_m/∂Θ = 2/(MKn) X_mᵀR_m, R_m the residuals put back in sample order.
+        Client m: ∂d_m/∂Θ = 2/N X_mᵀR_m (N = MKn, or Kn by the reference convention), R_m the residuals
+        put back in sample order (the sort permutation of the accepted projections; only accepted points need
+        it, so trials sort values only).
         """
-        r = torch.zeros_like(self._rows(self.resid, idx)).scatter_(-1, self._rows(self.perm, idx),
-                                                                     self._rows(self.resid, idx))
+        perm = argsort_last(self._rows(self.proj, idx))
+        r = torch.zeros_like(self._rows(self.resid, idx)).scatter_(-1, perm, self._rows(self.resid, idx))
         xs = self._rows(self.x, idx)
         g_clients = self.scale * torch.matmul(r.transpose(1, 2), xs)  # (bi, M, K, d)
         g = self._up("gradient", g_clients, client_dim=1).sum(1)  # server sums, (bi, K, d)
@@ -160,14 +205,40 @@ class FedMaxKSW:
         return g.transpose(1, 2).to(torch.float64)
 
 
-def federated_gradient(x: Tensor, theta: Tensor, n_bins: int | None = None) -> Tensor:
+def federated_gradient(x: Tensor, theta: Tensor, n_bins: int | None = None, convention: str = "library") -> Tensor:
     """Σ_m ∂d_m/∂Θ as the federated clients compute it (barycenter constant), x (B, M, n, d),
     theta (B, d, K) → (B, d, K). Paper Remark 1: equals ∂F/∂Θ of :func:`max_k_sw_objective` (plain)."""
-    obj = FedMaxKSW(x, theta.shape[-1], n_bins)
+    obj = FedMaxKSW(x, theta.shape[-1], n_bins, convention=convention)
     idx = torch.arange(x.shape[0], device=x.device)
     f, pend = obj.evaluate(theta, None, idx)
     obj.accept(pend, torch.ones_like(f, dtype=torch.bool), idx)
     return obj.gradient(idx)
+
+
+@dataclass(frozen=True)
+class ProbitTransform:
+    """The input transform of pixel-space INB (official Fed INB code: ``IterAlignFlow.initialize`` /
+    ``end``; ``docs/translation.md`` § Reference-code conventions).
+
+    forward: z = Φ⁻¹(clamp(x, ε, 1 − ε)) — pixels in [0, 1] to R (Φ⁻¹(ε) = −4.753… for ε = 1e-6);
+    inverse: x = Φ(z) — any real z back to [0, 1], so translated images are valid pixels. The pair is exactly
+    invertible on [ε, 1 − ε] (Φ(Φ⁻¹(x)) = x to float64 rounding); pixels outside it (the exact 0s and 1s
+    of MNIST) come back as ε or 1 − ε. Both computed in float64 (Φ by erfc, exact far into the lower tail).
+    """
+
+    eps: float = PROBIT_EPS
+
+    def __post_init__(self) -> None:
+        if not 0 < self.eps < 0.5:
+            raise ValueError(f"eps must be in (0, 0.5), got {self.eps}")
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Φ⁻¹(clamp(x, ε, 1 − ε)), float64."""
+        return ndtri(x.to(torch.float64).clamp(self.eps, 1 - self.eps))
+
+    def inverse(self, z: Tensor) -> Tensor:
+        """Φ(z) in [0, 1], float64."""
+        return ndtr(z.to(torch.float64))
 
 
 @dataclass
@@ -235,9 +306,16 @@ class FedINB:
     alpha: pseudo-count per histogram bin; tol, init_step, shrink, grow, armijo_c, max_backtracks:
     the Stiefel/Armijo settings of ``docs/translation.md`` § One INB layer; seed: Haar draws (and AE training); device: "auto" → CUDA
     when available; search_dtype: float32 (float64 possible).
+    input_transform: "auto" (default: "probit" for variant INB when every training value lies in [0, 1],
+    i.e. pixel data, else "none"), "probit" (layers act on Φ⁻¹(clamp(x, ε, 1 − ε)) and outputs go through Φ,
+    as the official Fed INB code does for pixels; ε = :data:`PROBIT_EPS`) or "none" (layers act on x).
+    convention: "library" (default; objective 1/(MKn) of paper eq. 2, client-histogram bins round(√n)) or
+    "reference" (the official Fed INB code: objective M× larger, bins round(√(M·n)) as its histograms of the
+    pooled M·n projections); ``docs/translation.md`` § Reference-code conventions.
 
     After :meth:`fit`: ``communication`` (a :class:`CommunicationLog`), ``history`` (one dict per layer
-    and class: objective trace, iterations, Armijo trials), ``n_domains``, ``classes``, ``dim``.
+    and class: objective trace, iterations, Armijo trials), ``n_domains``, ``classes``, ``dim``,
+    ``input_transform_`` (the transform used: "probit" or "none").
     """
 
     def __init__(self, n_layers: int = 10, n_directions: int = 10, max_iter: int = 100, n_bins: int | None = None,
@@ -245,7 +323,8 @@ class FedINB:
                  alpha: float = 1e-6, tol: float = 1e-6, init_step: float = 0.1, shrink: float = 0.5,
                  grow: float = 1.5, armijo_c: float = 0.5, max_backtracks: int = 40, seed: int = 0,
                  device: str | torch.device = "auto", search_dtype: torch.dtype = torch.float32,
-                 ae_epochs: int = 8, ae_batch_size: int = 64, ae_lr: float = 3e-3):
+                 ae_epochs: int = 8, ae_batch_size: int = 64, ae_lr: float = 3e-3, input_transform: str = "auto",
+                 convention: str = "library"):
         if not isinstance(n_layers, int) or n_layers < 0:
             raise ValueError(f"n_layers must be an integer >= 0, got {n_layers!r}")
         if not isinstance(n_directions, int) or n_directions < 1:
@@ -266,6 +345,15 @@ class FedINB:
             raise ValueError(f"tol must be >= 0, got {tol}")
         if search_dtype not in (torch.float32, torch.float64):
             raise ValueError(f"search_dtype must be torch.float32 or torch.float64, got {search_dtype}")
+        if input_transform not in INPUT_TRANSFORMS:
+            raise ValueError(f"input_transform must be one of {INPUT_TRANSFORMS}, got {input_transform!r}")
+        if input_transform == "probit" and variant != "INB":
+            raise ValueError(f"input_transform='probit' acts on pixels in [0, 1]: it needs variant 'INB', got "
+                             f"{variant!r} (the AE variants work in the latent space; use 'auto' or 'none')")
+        check_convention(convention)
+        self.input_transform, self.convention = input_transform, convention
+        self.input_transform_: str | None = None
+        self._probit = ProbitTransform()
         self.n_layers, self.n_directions, self.max_iter, self.n_bins = n_layers, n_directions, max_iter, n_bins
         self.variant = variant
         self.autoencoders = autoencoders
@@ -287,6 +375,29 @@ class FedINB:
         base = f"{'Hist ' if self.n_bins else ''}{self.variant}-L{self.n_layers}-K{self.n_directions}-J{self.max_iter}"
         return base + (f"-V{self.n_bins}" if self.n_bins else "")
 
+    def client_bins(self, n: int, n_domains: int | None = None) -> int:
+        """Client-histogram bins B of the 1-D maps for n samples per client and class: ``bary_bins`` when
+        given, else round(√n) ("library") or round(√(M·n)) ("reference": the official code's ``NaiveBary``
+        fits its histograms with round(√N) bins, N = M·n the pooled projections of a class). M is
+        ``n_domains``, by default the number of clients of the fit."""
+        if self.bary_bins is not None:
+            return self.bary_bins
+        if self.convention == "library":
+            return default_bins(n)
+        m = n_domains if n_domains is not None else getattr(self, "n_domains", None)
+        if m is None:
+            raise ValueError("n_domains is needed before fit() for convention='reference' (bins round(sqrt(M n)))")
+        return default_bins(m * n)
+
+    def _resolve_input_transform(self, domains: Sequence[Tensor]) -> str:
+        if self.input_transform == "none" or self.variant != "INB":
+            return "none"
+        in_unit = all(bool(((x >= 0) & (x <= 1)).all()) for x in domains)
+        if self.input_transform == "probit" and not in_unit:
+            raise ValueError("input_transform='probit' needs data in [0, 1] (pixel intensities); some training "
+                             "values lie outside: use input_transform='none'")
+        return "probit" if in_unit else "none"
+
     # -- encoders --------------------------------------------------------------------------------------
     def _ae(self, domain: int):
         if self.variant == "INB":
@@ -298,7 +409,7 @@ class FedINB:
         ae = self._ae(domain)
         x = x.to(self.device)
         if ae is None:
-            return x.to(torch.float64)
+            return self._probit.forward(x) if self.input_transform_ == "probit" else x.to(torch.float64)
         out = [ae.encode(x[i:i + 4096].to(torch.float32)) for i in range(0, x.shape[0], 4096)]
         return torch.cat(out).to(torch.float64) if out else x.new_zeros(0, self.dim, dtype=torch.float64)
 
@@ -306,7 +417,7 @@ class FedINB:
     def _decode(self, z: Tensor, domain: int) -> Tensor:
         ae = self._ae(domain)
         if ae is None:
-            return z
+            return self._probit.inverse(z) if self.input_transform_ == "probit" else z
         out = [ae.decode(z[i:i + 4096].to(torch.float32)) for i in range(0, z.shape[0], 4096)]
         return torch.cat(out) if out else z.new_zeros(0, self.input_dim, dtype=torch.float32)
 
@@ -342,6 +453,7 @@ class FedINB:
         m = len(domains)
         self.n_domains = m
         self.input_dim = domains[0].shape[1]
+        self.input_transform_ = self._resolve_input_transform(domains)
         self._prepare_autoencoders(domains)
         z_dom = [self._encode(x, i) for i, x in enumerate(domains)]
         self.dim = z_dom[0].shape[1]
@@ -383,13 +495,13 @@ class FedINB:
         log = self.communication
         # Alg. 1: server draws Θ₀ and sends it
         theta0 = log.down(layer, "max_k_sw", "theta_init", haar_stiefel(d, k, g, gen, device=self.device), g)
-        obj = FedMaxKSW(z.to(self.search_dtype), k, self.n_bins, log, layer)
+        obj = FedMaxKSW(z.to(self.search_dtype), k, self.n_bins, log, layer, self.convention)
         res = armijo_cayley_maximize(theta0, obj, self.max_iter, **self.armijo)
         theta = res.theta
         del obj
         # Alg. 2: per direction, client CDFs up, barycenter inverse CDF down, t_m = F_bary⁻¹ ∘ F_m
         p = torch.matmul(z, theta[:, None]).transpose(-1, -2)  # (G, M, K, n)
-        cdf = fit_client_cdf(p, self.bary_bins, self.alpha)
+        cdf = fit_client_cdf(p, self.client_bins(n), self.alpha)
         log.up(layer, "barycenter", "client_cdf", torch.cat([cdf.mu[..., None], cdf.sigma[..., None], cdf.mass], -1),
                client_dim=1, n_problems=g)
         bary = barycenter_quantile(cdf, grid, client_dim=1)
@@ -397,7 +509,7 @@ class FedINB:
         inb = INBLayer(theta, cdf, bary)
         block.layers.append(inb)
         z = inb.apply_all(z)
-        after = max_k_sw_objective(z, theta, self.n_bins)  # F at the same Θ after the maps (Fig. 15 drops)
+        after = max_k_sw_objective(z, theta, self.n_bins, self.convention)  # F at the same Θ after the maps (Fig. 15 drops)
         for j, c in enumerate(block.classes):
             self.history.append(dict(layer=layer, label=c, n_iter=int(res.n_iter[j]), n_trials=int(res.n_trials[j]),
                                      converged=bool(res.converged[j]), objective=float(res.objective[j]),
@@ -469,14 +581,16 @@ class FedINB:
     def transform(self, x: Tensor, domain: int, labels: Tensor | None = None, layers: int | None = None) -> Tensor:
         """T_m(x): client ``domain``'s data (N, D) → the shared (barycentric) space (N, d) float64.
 
-        For the AE variants x is encoded with client m's (or the shared) encoder first. ``layers``
+        For the AE variants x is encoded with client m's (or the shared) encoder first; with the probit input
+        transform (``input_transform_ == "probit"``) the layers act on Φ⁻¹(clamp(x, ε, 1 − ε)). ``layers``
         applies only the first ℓ layers."""
         labels, layers = self._check_apply(x, domain, labels, layers, self.input_dim, "x")
         return self._latent(self._encode(x, domain), domain, labels, layers, inverse=False)
 
     def inverse_transform(self, z: Tensor, domain: int, labels: Tensor | None = None, layers: int | None = None
                           ) -> Tensor:
-        """T_m⁻¹(z): shared space (N, d) → client ``domain``'s space (N, D) (decoded for AE variants)."""
+        """T_m⁻¹(z): shared space (N, d) → client ``domain``'s space (N, D) (decoded for AE variants; through Φ,
+        hence in [0, 1], with the probit input transform)."""
         labels, layers = self._check_apply(z, domain, labels, layers, self.dim, "z")
         out = self._latent(z.to(self.device, torch.float64), domain, labels, layers, inverse=True)
         return self._decode(out, domain)

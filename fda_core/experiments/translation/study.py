@@ -22,7 +22,8 @@ from ..paper_numbers import INB_PAPER, paper_value
 from . import experiments as ex
 from .inb import VARIANTS
 
-__all__ = ["EXPERIMENT", "QUICK", "translation_revision", "resolve_plan", "TranslationStudy", "run_label"]
+__all__ = ["EXPERIMENT", "QUICK", "OPTIONS", "translation_revision", "resolve_plan", "TranslationStudy", "run_label",
+           "option_of"]
 
 #: the result store's folder of notebook 06's runs (and the stem of its timings)
 EXPERIMENT = "06_inb_translation"
@@ -30,6 +31,25 @@ EXPERIMENT = "06_inb_translation"
 #: sizes of a quick run (tests, about a minute)
 QUICK = dict(n_train_per_class=50, n_test_per_class=20, L=2, K=5, J=10, V=20, J_values=[5, 10], V_values=[10, 40],
              eval_depths=[0, 1, 2], ae_epochs=4, ae_shared_epochs=1)
+
+
+#: the two option sets a run can follow (``docs/translation.md`` § Reference-code conventions), as
+#: :class:`~fda_core.experiments.translation.inb.FedINB` options: "reference" — the official Fed INB code
+#: (pixel-space INB wrapped in Φ⁻¹/Φ, objective M× paper eq. 2, client-histogram bins round(√(M·n)));
+#: "library" — the paper's formulas as the library had them (no input transform, 1/(MKn), round(√n))
+OPTIONS: dict[str, dict[str, str]] = {
+    "reference": {"convention": "reference", "input_transform": "auto"},
+    "library": {"convention": "library", "input_transform": "none"},
+}
+
+
+def option_of(config: Mapping[str, Any]) -> str:
+    """The option set ("reference" or "library") a run's config follows."""
+    for name, opts in OPTIONS.items():
+        if all(config.get(k) == v for k, v in opts.items()):
+            return name
+    raise ValueError(f"config follows no option set of {sorted(OPTIONS)}: "
+                     f"{ {k: config.get(k) for k in ('convention', 'input_transform')} }")
 
 
 def translation_revision() -> str:
@@ -44,10 +64,14 @@ def resolve_plan(*, quick: bool = False, seed: int = 0, device: str = "auto", da
                  variant: str = "IndAEINB", variants: Sequence[str] = ("INB", "AEINB", "IndAEINB"),
                  J_values: Sequence[int] = (10, 30, 50, 100, 200), V_values: Sequence[int] = (50, 200, 500, 2000),
                  eval_depths: Sequence[int] = (0, 1, 2, 3, 5, 7, 10), ae_epochs: int = 8, ae_shared_epochs: int = 2,
-                 wd_method: str = "emd", wd_reg: float = 0.02) -> dict[str, Any]:
+                 wd_method: str = "emd", wd_reg: float = 0.02, option: str = "reference",
+                 compare_options: bool = True) -> dict[str, Any]:
     """Notebook 06's parameters resolved into one plan: ``quick`` replaces the sizes by :data:`QUICK`; the J
     and V sweeps always contain J and V; WD is measured at depth 0 and after the last layer besides
-    ``eval_depths``. Raises ValueError for an unknown variant or WD method."""
+    ``eval_depths``. ``option``: the option set of every reproduction run (:data:`OPTIONS`);
+    ``compare_options``: also fit the runs of the paper's Table 5 (INB, Hist INB with V, the plan's variant)
+    with the other option set (WD at depth 0 and after the last layer only). Raises ValueError for an unknown
+    variant, WD method or option."""
     if quick:
         n_train_per_class, n_test_per_class, L, K, J, V = (QUICK[k] for k in (
             "n_train_per_class", "n_test_per_class", "L", "K", "J", "V"))
@@ -59,18 +83,22 @@ def resolve_plan(*, quick: bool = False, seed: int = 0, device: str = "auto", da
                          f"{list(variants)!r}")
     if wd_method not in ("emd", "sinkhorn"):
         raise ValueError(f"wd_method must be 'emd' or 'sinkhorn', got {wd_method!r}")
+    if option not in OPTIONS:
+        raise ValueError(f"option must be one of {tuple(OPTIONS)}, got {option!r}")
     return dict(
         quick=bool(quick), seed=int(seed), device=device, data_root=data_root, angles=[float(a) for a in angles],
         n_train_per_class=int(n_train_per_class), n_test_per_class=int(n_test_per_class), L=int(L), K=int(K),
         J=int(J), V=int(V), variant=variant, variants=list(dict.fromkeys(variants)),
         J_values=sorted({int(j) for j in J_values} | {int(J)}), V_values=sorted({int(v) for v in V_values} | {int(V)}),
         eval_depths=sorted({int(d) for d in eval_depths if 0 <= int(d) <= L} | {0, int(L)}),
-        ae_epochs=int(ae_epochs), ae_shared_epochs=int(ae_shared_epochs), wd_method=wd_method, wd_reg=float(wd_reg))
+        ae_epochs=int(ae_epochs), ae_shared_epochs=int(ae_shared_epochs), wd_method=wd_method, wd_reg=float(wd_reg),
+        option=option, compare_options=bool(compare_options))
 
 
 def run_label(record: Mapping[str, Any]) -> str:
-    """A run's name as the paper writes it, e.g. ``Hist IndAEINB-L10-K10-J100-V500``."""
-    return record["name"]
+    """A run's name as the paper writes it, e.g. ``Hist IndAEINB-L10-K10-J100-V500``; a run with the library
+    option set gets `` (library)`` appended (the reference option set is the reproduction's)."""
+    return record["name"] + ("" if option_of(record["config"]) == "reference" else f" ({option_of(record['config'])})")
 
 
 def _flatten(records: Mapping[str, Any]) -> dict[str, dict]:
@@ -89,7 +117,7 @@ def _flatten(records: Mapping[str, Any]) -> dict[str, dict]:
 
 
 #: the keys of a run's config that differ between the runs of one study
-_RUN_KEYS = ("variant", "n_bins", "max_iter", "grid")
+_RUN_KEYS = ("variant", "n_bins", "max_iter", "grid", "convention", "input_transform", "eval_depths")
 
 
 def _shared_config(records: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -100,10 +128,23 @@ def _shared_config(records: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     return shared[0]
 
 
-def _describe_run(config: Mapping[str, Any]) -> str:
+#: what each option set does, for the CSV notes (ASCII: the notes go into CSV headers)
+_OPTION_TEXT = {
+    "reference": "as the official Fed INB code: pixel-space INB on Phi^-1 of the pixels clamped to [1e-6, 1 - 1e-6] "
+                 "and Phi on the way out, objective 1/(Kn) = M x paper eq. 2 (Armijo first trial 0.1 on that scale), "
+                 "client-histogram bins round(sqrt(M n))",
+    "library": "the paper's formulas as the library had them: no input transform, objective 1/(MKn) of paper eq. 2 "
+               "(Armijo first trial 0.1), client-histogram bins round(sqrt(n))",
+}
+
+
+def _describe_run(config: Mapping[str, Any], eval_depths: Sequence[int] | None = None) -> str:
     v = config["n_bins"]
+    depths = ("" if eval_depths is None or config["eval_depths"] == eval_depths
+              else f", WD after layers {config['eval_depths']} only")
     return (f"{config['variant']}, J={config['max_iter']}, "
-            + (f"VW histograms with V={v}" if v is not None else "sorted projections"))
+            + (f"VW histograms with V={v}" if v is not None else "sorted projections")
+            + f", {option_of(config)} option{depths}")
 
 
 class TranslationStudy:
@@ -139,6 +180,7 @@ class TranslationStudy:
         self.identity = None
         self.wd_identity: float | None = None
         self._runs: dict[str, dict] = {}
+        self._depth0: dict = {}  # depth-0 WD rows per (variant, input transform, WD method), shared by the runs
 
     # -- preparation ---------------------------------------------------------------------------------------
     def prepare(self) -> dict[str, dict]:
@@ -167,23 +209,39 @@ class TranslationStudy:
         return "\n".join(lines)
 
     # -- runs ----------------------------------------------------------------------------------------------
-    def run(self, variant: str, n_bins: int | None = None, max_iter: int | None = None) -> dict[str, Any]:
-        """One configuration, from the result store when the same code has finished it before. The runs of
-        panel (a) and the Hist run of the grid also keep translated digits and the Sinkhorn/EMD cross-check.
-        Returns the stored record plus ``config``."""
+    def run(self, variant: str, n_bins: int | None = None, max_iter: int | None = None,
+            option: str | None = None) -> dict[str, Any]:
+        """One configuration, from the result store when the same code has finished it before. ``option``: the
+        option set (:data:`OPTIONS`; default the plan's). The runs of panel (a) and the Hist run of the grid
+        also keep translated digits and the Sinkhorn/EMD cross-check; a run with the other option set is
+        evaluated at depth 0 and after the last layer only. VW histograms with V a multiple of n are not
+        refitted: their search is the plain one bit for bit, so the record is the plain run's with the VW
+        messages counted (:func:`~fda_core.experiments.translation.experiments.vw_record_from_plain`; the plain
+        run is fitted or loaded instead). Returns the stored record plus ``config``."""
         if self.autoencoders is None:
             self.prepare()
         p = self.plan
+        option = p["option"] if option is None else option
+        if option not in OPTIONS:
+            raise ValueError(f"option must be one of {tuple(OPTIONS)}, got {option!r}")
         max_iter = p["J"] if max_iter is None else int(max_iter)
-        grid = max_iter == p["J"] and ((n_bins is None and variant in p["variants"])
-                                       or (n_bins == p["V"] and variant == p["variant"]))
-        cfg = {**self.base, "variant": variant, "n_bins": n_bins, "max_iter": max_iter, "grid": grid}
+        main = option == p["option"]
+        grid = main and max_iter == p["J"] and ((n_bins is None and variant in p["variants"])
+                                                or (n_bins == p["V"] and variant == p["variant"]))
+        cfg = {**self.base, "variant": variant, "n_bins": n_bins, "max_iter": max_iter, "grid": grid,
+               **OPTIONS[option]}
+        if not main:
+            cfg["eval_depths"] = [0, p["L"]]
         key = config_hash(cfg)
+        if key not in self._runs and not grid and ex.vw_equals_plain(n_bins, p["n_train_per_class"]):
+            # V a multiple of n: the plain search bit for bit; its record with the VW messages, not refitted
+            plain = self.run(variant, None, max_iter, option)
+            self._runs[key] = {**ex.vw_record_from_plain(plain, n_bins), "config": cfg}
         if key not in self._runs:
             aes = self.autoencoders[variant]
             result = self.store.cached(
                 EXPERIMENT, cfg, lambda: ex.run_translation(cfg, self.domains, aes, grid_per_class=2 if grid else 0,
-                                                            sinkhorn_check=grid),
+                                                            sinkhorn_check=grid, depth0_cache=self._depth0),
                 revision=self.revision)
             self._runs[key] = {**result, "config": cfg}
         return self._runs[key]
@@ -231,6 +289,19 @@ class TranslationStudy:
         return {run_label(inb): inb, f"Hist INB (V={p['V']})": self.run("INB", n_bins=p["V"]),
                 run_label(self.run(p["variant"])): self.run(p["variant"])}
 
+    def other_option(self) -> str:
+        """The option set that is not the plan's."""
+        return next(o for o in OPTIONS if o != self.plan["option"])
+
+    def option_runs(self) -> dict[str, dict[str, dict]]:
+        """The runs of the paper's Table 5 (INB, Hist INB with V, the plan's variant; J of the plan) under both
+        option sets: {variant row of Table 5: {option: record}}; the other option set only with
+        ``compare_options``."""
+        p = self.plan
+        specs = {"INB": ("INB", None), "Hist INB": ("INB", p["V"]), p["variant"]: (p["variant"], None)}
+        options = [p["option"]] + ([self.other_option()] if p["compare_options"] else [])
+        return {row: {o: self.run(v, n_bins=b, option=o) for o in options} for row, (v, b) in specs.items()}
+
     def plain_runs(self) -> dict[str, dict]:
         """Each histogram variant with sorted projections (the reference of the V sweeps), by variant."""
         return {var: self.run(var) for var in self.hist_variants()}
@@ -260,8 +331,8 @@ class TranslationStudy:
                 f"and client; L={b['n_layers']} layers, K={b['n_directions']} directions; seed={b['seed']}; "
                 f"device={b['device']}; autoencoders trained {b['ae']['epochs']} epochs (one per client, IndAEINB) "
                 f"and {b['ae']['shared_epochs']} epochs (shared, AEINB); WD = {b['wd_method']} (squared-Euclidean OT "
-                f"cost) on held-out digits after layers {b['eval_depths']}, mean over {m * (m - 1)} ordered client "
-                f"pairs and {n_classes}.")
+                f"cost) on held-out digits after layers {self.base['eval_depths']}, mean over {m * (m - 1)} ordered "
+                f"client pairs and {n_classes}.")
 
     def paper_note(self) -> str:
         """How the paper's setting differs (its numbers from :mod:`fda_core.experiments.paper_numbers`)."""
@@ -277,7 +348,10 @@ class TranslationStudy:
         runs = _flatten(records or {})
         lines = [self.setting_note(runs)]
         if runs:
-            lines.append("Runs: " + "; ".join(f"{name} ({_describe_run(r['config'])})" for name, r in runs.items()) + ".")
+            lines.append("Runs: " + "; ".join(f"{name} ({_describe_run(r['config'], self.base['eval_depths'])})"
+                                              for name, r in runs.items()) + ".")
+            options = list(dict.fromkeys(option_of(r["config"]) for r in runs.values()))
+            lines.append("Options: " + "; ".join(f"{o} = {_OPTION_TEXT[o]}" for o in options) + ".")
         if paper:
             lines.append(self.paper_note())
         if extra:

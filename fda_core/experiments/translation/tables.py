@@ -19,11 +19,12 @@ import pandas as pd
 
 from ..paper_numbers import paper_table, paper_value
 from .comms import expected_parameters
+from .study import option_of
 
 __all__ = ["final_table", "j_table", "vw_table", "summary_table", "communication_table", "communication_by_message",
-           "iterations_table", "iterations_vs_paper", "table6_comparison", "cross_check_table", "timings_table",
-           "describe_variants", "describe_j", "describe_vw", "describe_iterations", "describe_communication",
-           "summary_paragraph"]
+           "iterations_table", "iterations_vs_paper", "iterations_by_option", "table6_comparison", "cross_check_table",
+           "timings_table", "describe_variants", "describe_j", "describe_vw", "describe_iterations",
+           "describe_options", "describe_communication", "summary_paragraph", "SUMMARY_COLUMNS", "OPTION_COLUMNS"]
 
 Records = Mapping[str, Mapping[str, Any]]
 
@@ -32,8 +33,29 @@ BY_MESSAGE_COLUMNS = ["run", "stage", "tag", "direction", "params"]
 
 def _paper_row(config: Mapping[str, Any]) -> str | None:
     """The row of the paper's Tables 5-6 that matches a run's variant and histogram use."""
-    name = ("Hist " if config["n_bins"] is not None else "") + config["variant"]
+    name = _variant_label(config)
     return name if name in paper_table("INBIterations").index else None
+
+
+def _variant_label(config: Mapping[str, Any]) -> str:
+    """The variant as the paper's tables name it: INB, AEINB, IndAEINB, with "Hist " for VW histograms."""
+    return ("Hist " if config["n_bins"] is not None else "") + config["variant"]
+
+
+def _objective_scale(r: Mapping[str, Any]) -> str:
+    """The objective's normalisation of a run (:func:`~fda_core.experiments.translation.inb.objective_norm`):
+    "1/(MKn)" (paper eq. 2, library convention) or "1/(Kn)" (the official code, reference convention)."""
+    return "1/(MKn)" if r["config"]["convention"] == "library" else "1/(Kn)"
+
+
+def _paper_table5(config: Mapping[str, Any]) -> float:
+    """The paper's Table 5 mean (J = 100) for the run's variant, NaN when the paper has no such row."""
+    row = _paper_row(config)
+    return float(paper_table("INBIterations").loc[row, 100]) if row is not None else np.nan
+
+
+def _mean_iterations(r: Mapping[str, Any]) -> float:
+    return round(float(np.mean(list(r["iterations_per_class"].values()))), 1)
 
 
 # ------------------------------------------------------------------------------------------------ tables
@@ -57,12 +79,35 @@ def vw_table(v_runs: Mapping[str, Records]) -> pd.DataFrame:
                         columns=["run", "V", "wd_final", "params_per_client"])
 
 
+#: columns of summary.csv (:func:`summary_table`)
+SUMMARY_COLUMNS = ["run", "variant", "V", "option", "input_transform", "objective_scale", "bary_bins", "wd_identity",
+                   "wd_start", "wd_final", "ratio_to_identity", "wd_rank", "fig2a_rank", "paper_fig2a_rank",
+                   "params_per_client", "iterations_mean", "paper_table5_mean"]
+
+
 def summary_table(records: Records, wd_identity: float) -> pd.DataFrame:
-    """summary.csv: per run, the identity's WD, WD at depth 0 and at the end, final / identity, parameters."""
-    return pd.DataFrame([dict(run=k, wd_identity=wd_identity, wd_start=r["wd_start"], wd_final=r["wd_final"],
-                              ratio_to_identity=r["wd_final"] / wd_identity, params_per_client=r["params_total"])
-                         for k, r in records.items()],
-                        columns=["run", "wd_identity", "wd_start", "wd_final", "ratio_to_identity", "params_per_client"])
+    """summary.csv: per run, its variant (as the paper names it: INB, AEINB, IndAEINB, Hist …), V, the option set
+    and what it sets (input transform, objective scale, client-histogram bins), the identity's WD, WD at
+    depth 0 and at the end, final / identity, ``wd_rank`` (1 = lowest final WD of the table), ``fig2a_rank``
+    (the same among the runs without VW histograms, paper Fig. 2a) beside the paper's order
+    (``paper_fig2a_rank``, :mod:`~fda_core.experiments.paper_numbers` ``fig2a_wd_order``), parameters per
+    client, and the Armijo iterations per digit (mean over digits; the count of Table 5) beside the paper's."""
+    order = paper_value("fig2a_wd_order")
+    rows = [dict(run=k, variant=_variant_label(r["config"]), V=r["config"]["n_bins"], option=option_of(r["config"]),
+                 input_transform=r["input_transform"], objective_scale=_objective_scale(r), bary_bins=r["bary_bins"],
+                 wd_identity=wd_identity, wd_start=r["wd_start"], wd_final=r["wd_final"],
+                 ratio_to_identity=r["wd_final"] / wd_identity, params_per_client=r["params_total"],
+                 iterations_mean=_mean_iterations(r), paper_table5_mean=_paper_table5(r["config"]),
+                 paper_fig2a_rank=(order.index(r["config"]["variant"]) + 1
+                                   if r["config"]["n_bins"] is None and r["config"]["variant"] in order else np.nan))
+            for k, r in records.items()]
+    t = pd.DataFrame(rows, columns=[c for c in SUMMARY_COLUMNS if c not in ("wd_rank", "fig2a_rank")])
+    t["V"] = t["V"].astype("Int64")
+    t["wd_rank"] = t.wd_final.rank(method="min").astype(int)
+    plain = t.V.isna()
+    t["fig2a_rank"] = t.wd_final.where(plain).rank(method="min").astype("Int64")
+    t["paper_fig2a_rank"] = t["paper_fig2a_rank"].astype("Int64")
+    return t[SUMMARY_COLUMNS]
 
 
 def _formula_total(r: Mapping[str, Any]) -> int:
@@ -122,6 +167,35 @@ def iterations_vs_paper(records: Records) -> pd.DataFrame:
                                        "paper_per_iteration"]).set_index("run")
 
 
+#: columns of iterations_vs_paper.csv (:func:`iterations_by_option`)
+OPTION_COLUMNS = ["variant", "option", "run", "input_transform", "objective_scale", "bary_bins", "wd_start", "wd_final",
+                  "ours_mean", "ours_min", "ours_max", "ours_per_iteration", "paper", "paper_per_iteration",
+                  "ratio_to_paper"]
+
+
+def iterations_by_option(option_runs: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> pd.DataFrame:
+    """iterations_vs_paper.csv: the paper's Table 5 (Armijo iterations per digit: objective evaluations after the
+    first, backtracking included, summed over the layers; mean over the digits) per variant and option set,
+    beside the paper's value; with what the option set sets and the run's WD at depth 0 and after the last
+    layer. ``option_runs``: {Table-5 row: {option: record}}
+    (:meth:`~fda_core.experiments.translation.study.TranslationStudy.option_runs`)."""
+    setting = paper_value("setting")
+    rows = []
+    for variant, by_option in option_runs.items():
+        for option, r in by_option.items():
+            c = r["config"]
+            its = np.array(list(r["iterations_per_class"].values()), dtype=float)
+            paper = _paper_table5(c)
+            rows.append(dict(variant=variant, option=option, run=r["name"], input_transform=r["input_transform"],
+                             objective_scale=_objective_scale(r), bary_bins=r["bary_bins"], wd_start=r["wd_start"],
+                             wd_final=r["wd_final"], ours_mean=round(its.mean(), 1), ours_min=int(its.min()),
+                             ours_max=int(its.max()),
+                             ours_per_iteration=round(its.mean() / (c["n_layers"] * c["max_iter"]), 3), paper=paper,
+                             paper_per_iteration=round(paper / (setting["L"] * 100), 3),
+                             ratio_to_paper=round(its.mean() / paper, 4)))
+    return pd.DataFrame(rows, columns=OPTION_COLUMNS)
+
+
 def table6_comparison(records: Records) -> str:
     """A sentence comparing the run with the largest J (when it is at least 200) with the paper's Table 6
     (J = 300), per Stiefel iteration; "" when no run has J ≥ 200."""
@@ -153,13 +227,16 @@ def cross_check_table(records: Records) -> pd.DataFrame:
 
 def timings_table(records: Records) -> pd.DataFrame:
     """Wall-clock seconds of each run as measured when it was computed (a run loaded from the result store
-    keeps the times of its original fit): fitting, WD evaluation and the solver cross-check. For
+    keeps the times of its original fit): fitting, WD evaluation and the solver cross-check; a run built from
+    another without refitting names it in ``derived_from`` (and spent no time). For
     :func:`fda_core.common.files.write_timings`, never for the result CSVs."""
     return pd.DataFrame([dict(run=k, device=r.get("device"), fit_seconds=round(r["fit_seconds"], 2),
                               eval_seconds=round(r.get("eval_seconds", np.nan), 2),
-                              cross_check_seconds=round(r["cross_check"]["seconds"], 2) if "cross_check" in r else np.nan)
+                              cross_check_seconds=(round(r["cross_check"]["seconds"], 2) if "cross_check" in r
+                                                   else np.nan),
+                              derived_from=r.get("derived_from", ""))
                          for k, r in records.items()],
-                        columns=["run", "device", "fit_seconds", "eval_seconds", "cross_check_seconds"])
+                        columns=["run", "device", "fit_seconds", "eval_seconds", "cross_check_seconds", "derived_from"])
 
 
 # --------------------------------------------------------------------------------------------- sentences
@@ -178,8 +255,12 @@ def describe_variants(records: Records, wd_identity: float) -> str:
         low = "" if depth == last else f", lowest {wd:.1f} after layer {depth}"
         parts.append(f"{k} {r['wd_start']:.1f} → {r['wd_final']:.1f}{low} ({r['params_total']:.3g} parameters per client)")
     lowest = min(records, key=lambda k: records[k]["wd_final"])
+    order = sorted(records.values(), key=lambda r: r["wd_final"])
+    paper = [v for v in paper_value("fig2a_wd_order") if v in {r["config"]["variant"] for r in order}]
+    ours = [r["config"]["variant"] for r in order]
     return (f"Held-out WD of the identity translator: {wd_identity:.1f}. From depth 0 to the last layer: "
-            + "; ".join(parts) + f". Lowest final WD: {lowest}.")
+            + "; ".join(parts) + f". Lowest final WD: {lowest}. Order by final WD: {' < '.join(ours)} (paper Fig. 2a: "
+            f"{' < '.join(paper)}; {'the same' if ours == paper else 'a different'} order).")
 
 
 def describe_j(records: Records) -> str:
@@ -208,7 +289,9 @@ def describe_vw(v_runs: Mapping[str, Records], plain: Records) -> str:
             b = r["config"]["n_bins"]
             items.append(f"V={b} {r['wd_final']:.1f} at {r['params_total'] / base['params_total']:.2f}×")
             if r["wd_final"] == base["wd_final"] and r["wd_final_per_class"] == base["wd_final_per_class"]:
-                same.append(f"V={b}" + (f" = {b / n:g}n" if b >= n else ""))
+                same.append(f"V={b}" + (f" = {b / n:g}n" if b >= n else "")
+                            + (" (not refitted: V a multiple of n reproduces the plain search bit for bit)"
+                               if r.get("derived_from") else ""))
         line = (f"Hist {v} (sorted samples: final WD {base['wd_final']:.1f}, {base['params_total']:.3g} parameters; "
                 f"n = {n}): " + ", ".join(items) + " of the plain parameters")
         if same:
@@ -231,6 +314,17 @@ def describe_iterations(table: pd.DataFrame, j_runs: Records | None = None) -> s
                  f"({t5.min():,.0f}–{t5.max():,.0f} per digit)")
     t6 = table6_comparison(j_runs) if j_runs else ""
     return text + "." + (f" {t6}" if t6 else "")
+
+
+def describe_options(table: pd.DataFrame) -> str:
+    """The option sets in numbers (:func:`iterations_by_option`): per Table-5 variant, the Armijo iterations per
+    digit under each option set beside the paper's, and the final WD under each."""
+    parts = []
+    for variant, t in table.groupby("variant", sort=False):
+        its = ", ".join(f"{o} {m:,.1f}" for o, m in zip(t.option, t.ours_mean))
+        wd = ", ".join(f"{o} {w:.2f}" for o, w in zip(t.option, t.wd_final))
+        parts.append(f"{variant}: iterations {its} (paper {t.paper.iloc[0]:,.2f}); final WD {wd}")
+    return "Table 5 under both option sets — " + "; ".join(parts) + "."
 
 
 def describe_communication(table: pd.DataFrame, records: Records) -> str:
@@ -261,5 +355,6 @@ def summary_paragraph(study: Any) -> str:
         "(b) " + describe_j(study.j_runs()),
         "(c)-(e) " + describe_vw(study.v_runs(), study.plain_runs()),
         "Iterations: " + describe_iterations(iterations_vs_paper(study.trace_runs()), study.j_runs()),
+        "Options: " + describe_options(iterations_by_option(study.option_runs())),
         "Communication: " + describe_communication(communication_table(headline), headline) + cc_text,
     ])
