@@ -412,7 +412,7 @@ def test_study_notes_come_from_the_configs_that_ran(tmp_path):
         s.note({"a": r, "b": {**r, "config": {**r["config"], "seed": 1}}})
     # the paper's iteration counts come from paper_numbers, matched by variant and histogram use
     it = tb.iterations_vs_paper(s.trace_runs())
-    assert it.loc["Hist INB (V=6)", "paper_table5_mean"] == paper_table("INBIterations").loc["Hist INB", 100]
+    assert it.loc["Hist INB-L1-K2-J3-V6", "paper_table5_mean"] == paper_table("INBIterations").loc["Hist INB", 100]
     assert it.loc["INB-L1-K2-J3", "per_iteration"] == round(it.loc["INB-L1-K2-J3", "mean"] / 3, 3)
     text = tb.summary_paragraph(s)
     assert f"{s.wd_identity:.1f}" in text and "equal the closed form" in text

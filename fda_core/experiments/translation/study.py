@@ -285,9 +285,7 @@ class TranslationStudy:
     def trace_runs(self) -> dict[str, dict]:
         """The runs of the objective traces and iteration counts: INB, Hist INB (V) and the plan's variant."""
         p = self.plan
-        inb = self.run("INB")
-        return {run_label(inb): inb, f"Hist INB (V={p['V']})": self.run("INB", n_bins=p["V"]),
-                run_label(self.run(p["variant"])): self.run(p["variant"])}
+        return {run_label(r): r for r in (self.run("INB"), self.run("INB", n_bins=p["V"]), self.run(p["variant"]))}
 
     def other_option(self) -> str:
         """The option set that is not the plan's."""

@@ -143,10 +143,12 @@ def communication_by_message(record: Mapping[str, Any], run: str | None = None) 
 
 def iterations_table(records: Records) -> pd.DataFrame:
     """iterations.csv: per run and digit, Armijo iterations (objective evaluations after the first, summed
-    over the layers; the count of the paper's Tables 5-6)."""
-    return pd.DataFrame([dict(run=k, digit=int(digit), iterations=int(its)) for k, r in records.items()
+    over the layers; the count of the paper's Tables 5-6), with the run's variant as the paper names it and its
+    option set."""
+    return pd.DataFrame([dict(run=k, variant=_variant_label(r["config"]), option=option_of(r["config"]),
+                              digit=int(digit), iterations=int(its)) for k, r in records.items()
                          for digit, its in sorted(r["iterations_per_class"].items(), key=lambda kv: int(kv[0]))],
-                        columns=["run", "digit", "iterations"])
+                        columns=["run", "variant", "option", "digit", "iterations"])
 
 
 def iterations_vs_paper(records: Records) -> pd.DataFrame:
@@ -169,15 +171,15 @@ def iterations_vs_paper(records: Records) -> pd.DataFrame:
 
 #: columns of iterations_vs_paper.csv (:func:`iterations_by_option`)
 OPTION_COLUMNS = ["variant", "option", "run", "input_transform", "objective_scale", "bary_bins", "wd_start", "wd_final",
-                  "ours_mean", "ours_min", "ours_max", "ours_per_iteration", "paper", "paper_per_iteration",
-                  "ratio_to_paper"]
+                  "digits", "ours_mean", "ours_sd", "ours_min", "ours_max", "ours_per_iteration", "paper",
+                  "paper_per_iteration", "ratio_to_paper"]
 
 
 def iterations_by_option(option_runs: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> pd.DataFrame:
     """iterations_vs_paper.csv: the paper's Table 5 (Armijo iterations per digit: objective evaluations after the
     first, backtracking included, summed over the layers; mean over the digits) per variant and option set,
-    beside the paper's value; with what the option set sets and the run's WD at depth 0 and after the last
-    layer. ``option_runs``: {Table-5 row: {option: record}}
+    beside the paper's value (``ours_sd``: standard deviation over the ``digits``); with what the option set
+    sets and the run's WD at depth 0 and after the last layer. ``option_runs``: {Table-5 row: {option: record}}
     (:meth:`~fda_core.experiments.translation.study.TranslationStudy.option_runs`)."""
     setting = paper_value("setting")
     rows = []
@@ -188,8 +190,9 @@ def iterations_by_option(option_runs: Mapping[str, Mapping[str, Mapping[str, Any
             paper = _paper_table5(c)
             rows.append(dict(variant=variant, option=option, run=r["name"], input_transform=r["input_transform"],
                              objective_scale=_objective_scale(r), bary_bins=r["bary_bins"], wd_start=r["wd_start"],
-                             wd_final=r["wd_final"], ours_mean=round(its.mean(), 1), ours_min=int(its.min()),
-                             ours_max=int(its.max()),
+                             wd_final=r["wd_final"], digits=its.size, ours_mean=round(its.mean(), 1),
+                             ours_sd=round(float(its.std(ddof=1)), 2) if its.size > 1 else np.nan,
+                             ours_min=int(its.min()), ours_max=int(its.max()),
                              ours_per_iteration=round(its.mean() / (c["n_layers"] * c["max_iter"]), 3), paper=paper,
                              paper_per_iteration=round(paper / (setting["L"] * 100), 3),
                              ratio_to_paper=round(its.mean() / paper, 4)))
