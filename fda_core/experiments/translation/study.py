@@ -212,8 +212,9 @@ class TranslationStudy:
     def run(self, variant: str, n_bins: int | None = None, max_iter: int | None = None,
             option: str | None = None) -> dict[str, Any]:
         """One configuration, from the result store when the same code has finished it before. ``option``: the
-        option set (:data:`OPTIONS`; default the plan's). The runs of panel (a) and the Hist run of the grid
-        also keep translated digits and the Sinkhorn/EMD cross-check; a run with the other option set is
+        option set (:data:`OPTIONS`; default the plan's). The runs whose digits are drawn (:meth:`grid_runs`:
+        the Hist run of the plan's variant and pixel INB) also keep translated digits and the Sinkhorn/EMD
+        cross-check (one run per space: pixels and the autoencoders' latent space); a run with the other option set is
         evaluated at depth 0 and after the last layer only. VW histograms with V a multiple of n are not
         refitted: their search is the plain one bit for bit, so the record is the plain run's with the VW
         messages counted (:func:`~fda_core.experiments.translation.experiments.vw_record_from_plain`; the plain
@@ -226,7 +227,7 @@ class TranslationStudy:
             raise ValueError(f"option must be one of {tuple(OPTIONS)}, got {option!r}")
         max_iter = p["J"] if max_iter is None else int(max_iter)
         main = option == p["option"]
-        grid = main and max_iter == p["J"] and ((n_bins is None and variant in p["variants"])
+        grid = main and max_iter == p["J"] and ((n_bins is None and variant == "INB" and "INB" in p["variants"])
                                                 or (n_bins == p["V"] and variant == p["variant"]))
         cfg = {**self.base, "variant": variant, "n_bins": n_bins, "max_iter": max_iter, "grid": grid,
                **OPTIONS[option]}
@@ -305,9 +306,11 @@ class TranslationStudy:
         return {var: self.run(var) for var in self.hist_variants()}
 
     def cross_check_runs(self) -> dict[str, dict]:
-        """The runs with the Sinkhorn/EMD cross-check: panel (a) and the Hist run of the grid."""
-        grid = self.run(self.plan["variant"], n_bins=self.plan["V"])
-        return {**self.variant_runs(), run_label(grid): grid}
+        """The runs with the Sinkhorn/EMD cross-check: those of :meth:`grid_runs` (pixel INB and the Hist run of
+        the plan's variant), one per space the WD is measured in."""
+        grid = self.grid_runs()
+        runs = ([grid["translation_grid_inb"]] if "translation_grid_inb" in grid else []) + [grid["translation_grid"]]
+        return {run_label(r): r for r in runs}
 
     def all_runs(self) -> dict[str, dict]:
         """Every run fitted or loaded so far, by its paper name."""
