@@ -22,12 +22,7 @@ from fda_core.experiments.translation.inb import (CONVENTIONS, INPUT_TRANSFORMS,
 F64 = torch.float64
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def _pixels(m=3, n=30, d=8, classes=2, seed=0):

@@ -83,3 +83,19 @@ def test_compare_methods_beside_the_paper_and_bad_plot(tmp_path):
         compare_methods(["fedgp"], BASE, across="target", targets=["e0"], experiment="c", plot="pie", progress=False)
     with pytest.raises(ValueError, match="rule must be one of"):
         compare_methods(["fedgpx"], BASE, across="target", experiment="c", progress=False)
+
+
+def test_ordering_lines_hand_made():
+    """The per-setting ordering and the FedGP verdict, from a hand-made means table."""
+    import pandas as pd
+
+    from fda_core.workbook.reports import ordering_lines
+
+    means = pd.DataFrame({"paper": [20.0, 60.0, 70.0, 66.0, 81.0], "strong": [30.0, 40.0, 35.0, 50.0, 60.0]},
+                         index=["Source only", "FedDA", "FedGP (cosine)", "Target only", "Oracle"])
+    lines = ordering_lines(means)
+    assert lines[0] == "paper: Oracle 81.0 > FedGP (cosine) 70.0 > Target only 66.0 > FedDA 60.0 > Source only 20.0"
+    assert lines[1] == "  FedGP (cosine) beats every non-oracle rival (best rival Target only 66.0)"
+    assert lines[3] == "  FedGP (cosine) does not beat every non-oracle rival (best rival Target only 50.0)"
+    with pytest.raises(ValueError, match="focus"):
+        ordering_lines(means, focus="Ditto")

@@ -20,13 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 F64 = torch.float64
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One CPU thread: the shared 2-core machines are oversubscribed, where OpenMP barriers collapse."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def _blobs(m=3, n=40, d=6, classes=2, seed=0):

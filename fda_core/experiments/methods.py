@@ -221,11 +221,6 @@ class RoundResults:
         return (self.lr_target / self.lr_source * s_t
                 / torch.tensor(list(s_src), dtype=self.source_updates.dtype, device=self.source_updates.device))
 
-    @property
-    def aligned(self) -> bool:
-        """Whether :meth:`aligned_source_updates` has rescaled ``source_updates`` in place."""
-        return self._factors is not None
-
     def aligned_source_updates(self) -> Tensor:
         """The source updates rescaled to the target's round, in place, once (magnitude alignment, FedGP
         paper App. B.2 Eq. B.2; ``docs/theory.md`` § Rules): row i × a_i (:meth:`alignment_factors`).

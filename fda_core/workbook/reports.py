@@ -156,6 +156,24 @@ def compare_methods(
     return comparison
 
 
+def ordering_lines(means: pd.DataFrame, focus: str = "FedGP") -> list[str]:
+    """What a comparison's means (rows = method labels, columns = settings) say, per setting: the methods
+    from best to worst, and whether the first method whose label starts with ``focus`` (not an auto rule)
+    beats every method that is neither a ``focus`` variant nor the Oracle. ValueError when no row matches."""
+    label = next((m for m in means.index if m.startswith(focus) and "Auto" not in m), None)
+    if label is None:
+        raise ValueError(f"focus={focus!r} matches no method of the comparison: {list(means.index)}")
+    lines = []
+    for setting in means.columns:
+        col = means[setting].dropna()
+        ranked = col.sort_values(ascending=False)
+        lines.append(f"{setting}: " + " > ".join(f"{m} {v:.1f}" for m, v in ranked.items()))
+        rivals = col.drop([m for m in col.index if m.startswith((focus, "Oracle"))])
+        verdict = "beats" if col[label] > rivals.max() else "does not beat"
+        lines.append(f"  {label} {verdict} every non-oracle rival (best rival {rivals.idxmax()} {rivals.max():.1f})")
+    return lines
+
+
 def auto_beta_report(comparison: Comparison, *, out_dir: str | Path | None = None, figure_name: str | None = None,
                      cols: str = "target") -> pd.DataFrame:
     """The β per source and round of the runs of a comparison whose method estimates β (auto-weighted paper
