@@ -51,6 +51,10 @@ def test_notebooks_have_parameters_and_no_outputs():
         for line in "".join(tagged[0]["source"]).splitlines():
             if line.strip() and not line.lstrip().startswith("#"):
                 assert re.match(r"^\w+: [\w\[\], |]+ = .+  # .+", line), f"{nb_path.name}: '{line}' is not 'name: type = default  # help'"
+        ids = [c.get("id") for c in nb["cells"]]
+        # nbformat >= 4.5 requires a unique id per cell (a missing one is a validation warning today and
+        # "will become a hard error" in nbformat)
+        assert all(ids) and len(set(ids)) == len(ids), f"{nb_path.name}: every cell needs a unique 'id'"
         for c in nb["cells"]:
             if c["cell_type"] == "code":
                 assert not c.get("outputs"), f"{nb_path.name}: outputs must be stripped (keep notebooks reviewable)"
