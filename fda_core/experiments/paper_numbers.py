@@ -20,6 +20,13 @@ _VLCS_COLS = ["C", "L", "V", "S", "Avg"]
 _TI_COLS = ["L100", "L38", "L43", "L46", "Avg"]
 _NOISE_COLS = [0.0, 0.2, 0.4, 0.6, 0.8]
 _ETA_COLS = [0.45, 0.30, 0.15, 0.10, 0.05, 0.0]
+#: Fed INB paper Tables 1-4 columns: unseen rotation and synchronisation period (mini-batches between FedAvg steps)
+_DG_COLS = ["75 (1-batch)", "75 (10-batch)", "75 (100-batch)", "90 (1-batch)", "90 (10-batch)", "90 (100-batch)"]
+_DG_SETTING_MNIST = ("1,000 training digits of full MNIST rotated by 0, 15, 30, 45 and 60 degrees (one client each), "
+                     "tested on the same digits rotated by 75 and 90 degrees; DIRT's network with InstanceNorm, Adam lr "
+                     "1e-3, batch 64, lambda = 2; 2,000 / 2,500 / 3,000 iterations for periods 1 / 10 / 100; 4 runs")
+_DG_SETTING_FASHION = ("1,000 training images of Fashion-MNIST rotated as for MNIST; Adam lr 1e-4, batch 128, lambda = "
+                       "10; 1,500 iterations (75 degrees) and 3,000 (90 degrees); 4 runs")
 
 PAPER: dict[str, dict] = {
     # auto-weighted FDA paper, Table 1 (main text; 0.1% labelled target, R = 50, 5 trials)
@@ -79,6 +86,29 @@ PAPER: dict[str, dict] = {
                                 "10 digits", "setting": "Rotated MNIST from full MNIST, 5 clients (0 to 60 degrees), 1,000 training "
                                 "digits per class and client", "columns": [100, 300], "rows": {
         "INB": [1602.03, 4774.27], "Hist INB": [1602.38, 4784.80], "IndAEINB": [1583.13, 4755.20]}},
+    # Fed INB paper, Tables 3-4 (App. F.5; Tables 1-2 of the main text repeat the L20 rows): accuracy (%) on the
+    # unseen rotations, FedAvg of the model every 1, 10, 100 mini-batches, mean and std over 4 runs; FedDIRT
+    # with Hist IndAEINB translators (J = 100, V = 500) of several L and K
+    "FedDIRT_RotatedMNIST": {"source": "Fed INB paper, App. F.5 Table 3 (Rotated MNIST), mean over 4 runs",
+                             "setting": _DG_SETTING_MNIST, "columns": _DG_COLS, "rows": {
+        "FedDIRT (L10-K20)": [92.4, 91.7, 90.2, 70.1, 68.5, 65.7], "FedDIRT (L20-K10)": [92.2, 89.3, 91.9, 69.8, 70.4, 69.9],
+        "FedDIRT (L10-K10)": [92.4, 92.2, 90.9, 70.5, 70.8, 65.9], "FedDIRT (L20-K20)": [92.2, 90.8, 91.4, 69.4, 71.1, 69.8],
+        "FedAvg": [85.2, 85.1, 80.1, 63.8, 63.6, 55.6]}},
+    "FedDIRT_RotatedMNIST_std": {"source": "Fed INB paper, App. F.5 Table 3 (Rotated MNIST), std over 4 runs",
+                                 "setting": _DG_SETTING_MNIST, "columns": _DG_COLS, "rows": {
+        "FedDIRT (L10-K20)": [0.3, 1.2, 1.0, 0.3, 3.8, 2.9], "FedDIRT (L20-K10)": [0.3, 4.2, 0.9, 0.7, 2.2, 0.3],
+        "FedDIRT (L10-K10)": [0.4, 0.7, 0.8, 0.5, 0.8, 4.7], "FedDIRT (L20-K20)": [1.3, 1.2, 0.6, 0.8, 1.3, 1.5],
+        "FedAvg": [0.7, 0.5, 2.3, 2.1, 0.8, 2.0]}},
+    "FedDIRT_RotatedFashionMNIST": {"source": "Fed INB paper, App. F.5 Table 4 (Rotated Fashion-MNIST), mean over 4 runs",
+                                    "setting": _DG_SETTING_FASHION, "columns": _DG_COLS, "rows": {
+        "FedDIRT (L10-K20)": [65.8, 64.1, 62.9, 18.4, 18.3, 19.0], "FedDIRT (L20-K10)": [65.8, 63.6, 63.0, 18.2, 18.1, 18.8],
+        "FedDIRT (L10-K10)": [65.1, 63.5, 62.6, 17.9, 18.3, 18.8], "FedDIRT (L20-K20)": [65.5, 64.5, 63.5, 19.0, 18.5, 18.9],
+        "FedAvg": [51.9, 50.4, 40.4, 13.7, 14.6, 13.1]}},
+    "FedDIRT_RotatedFashionMNIST_std": {"source": "Fed INB paper, App. F.5 Table 4 (Rotated Fashion-MNIST), std over 4 runs",
+                                        "setting": _DG_SETTING_FASHION, "columns": _DG_COLS, "rows": {
+        "FedDIRT (L10-K20)": [1.3, 0.9, 1.4, 0.5, 0.6, 0.4], "FedDIRT (L20-K10)": [1.3, 0.9, 1.0, 0.9, 0.4, 0.6],
+        "FedDIRT (L10-K10)": [1.8, 0.6, 0.6, 0.5, 0.3, 0.6], "FedDIRT (L20-K20)": [1.8, 1.5, 1.3, 0.3, 1.0, 0.4],
+        "FedAvg": [2.9, 1.2, 4.1, 1.6, 1.8, 0.9]}},
 }
 
 #: Single numbers and the setting of the Fed INB paper (*Efficient Federated Domain Translation*, ICLR 2023),
@@ -92,6 +122,16 @@ INB_PAPER: dict[str, dict] = {
                        "source": "Fed INB paper, Sec. 4.1 and Fig. 2a (App. F.2, Fig. 5): AEINB and IndAEINB reach a "
                        "lower WD than INB, IndAEINB lower than AEINB at the same communication; lowest WD first (the "
                        "WD values are only drawn)"},
+    "stargan_hours_p100": {"value": 2.5, "source": "Fed INB paper, Sec. 4.2: FedStarGAN takes about 2.5 hours to "
+                           "generate good samples on one Tesla P100 (and still only reconstructs, Fig. 3b-c)"},
+    "stargan_sync_steps": {"value": [16, 128], "source": "Fed INB paper, Sec. 4.2 and Fig. 2d / 4d: FedStarGAN-16 and "
+                           "FedStarGAN-128 synchronise every 16 and 128 mini-batches"},
+    "feddirt_iterations": {"value": {1: 2000, 10: 2500, 100: 3000}, "source": "Fed INB paper, App. E.2: FedDIRT and "
+                           "FedAvg run 2,000 / 2,500 / 3,000 iterations with synchronisation every 1 / 10 / 100 "
+                           "mini-batches (Rotated MNIST)"},
+    "feddirt_hyper": {"value": {"mnist": {"batch_size": 64, "lr": 1e-3, "lam": 2.0},
+                                "fashion": {"batch_size": 128, "lr": 1e-4, "lam": 10.0}},
+                      "source": "Fed INB paper, App. E.2: batch size, Adam learning rate and DIRT weight lambda"},
     "setting": {"source": "Fed INB paper, Sec. 4 and App. E", "value": {
         "data": "full MNIST", "angles": [0, 15, 30, 45, 60], "n_train_per_class": 1000, "n_test_per_class": 1000,
         "L": 10, "K": 10, "J": 100, "V_range": [50, 2000], "wd": "Sinkhorn (100 iterations)",
