@@ -312,9 +312,12 @@ class FDADataset:
 
     Attributes: ``ENVIRONMENTS`` (names, in order), ``input_shape`` (e.g. ``(2, 14, 14)``),
     ``num_classes``, ``default_target`` (the target environment's index in settings with a fixed
-    target, ``None`` for leave-one-domain-out sets), ``datasets`` (list of ``(x, y)``).
+    target, ``None`` for leave-one-domain-out sets), ``datasets`` (list of ``(x, y)``), ``metrics`` (what
+    the federated loop records on the target each round, as WILDS datasets name their metrics: ``"acc"``,
+    and ``"auc"`` for the weakly-supervised paper's data sets).
     ``ds[i]`` returns ``x (n_i, *input_shape) float32, y (n_i,) int64``; ``i`` is an index, its string,
-    or an environment name (see :meth:`env_index`).
+    or an environment name (see :meth:`env_index`). Datasets with auxiliary labels
+    (:class:`fda_core.data.auxiliary.AuxDataset`) return a triple ``(x, y, aux)``.
     """
 
     ENVIRONMENTS: list[str] = []
@@ -322,6 +325,7 @@ class FDADataset:
     num_classes: int = 0
     default_target: int | None = None
     name: str = ""
+    metrics: tuple[str, ...] = ("acc",)
 
     def __init__(self) -> None:
         self.datasets: list[tuple[Tensor, Tensor]] = []
@@ -399,8 +403,15 @@ def register_dataset(name: str, factory: DatasetFactory, *, overwrite: bool = Fa
     _REGISTRY[name] = factory
 
 
+def _load_extensions() -> None:
+    """Register the datasets defined in their own modules (imported here, so that they are part of the code
+    revision of every run): the weakly-supervised FDA paper's stand-ins and the CSV loader."""
+    from . import aux_csv, aux_images, clinical  # noqa: F401  (each registers its datasets on import)
+
+
 def list_datasets() -> list[str]:
     """Registered dataset names, sorted."""
+    _load_extensions()
     return sorted(_REGISTRY)
 
 
@@ -410,6 +421,8 @@ def get_dataset(name: str, **options) -> FDADataset:
     Unknown names raise ``ValueError("unknown dataset 'x'; dataset must be one of [...]")``; an option
     the dataset does not take raises ValueError listing the options it takes.
     """
+    if name not in _REGISTRY:
+        _load_extensions()
     if name not in _REGISTRY:
         raise ValueError(f"unknown dataset {name!r}; dataset must be one of {list_datasets()}")
     factory = _REGISTRY[name]

@@ -188,13 +188,21 @@ class ResNet18(nn.Module):
     ``Linear(512, num_classes)``. Init as torchvision (Kaiming-normal fan-out convs, BN weight 1 bias 0).
     Input ``(n, C, H, W)`` (C = 3 for ImageNet weights; other C as DomainBed: conv1 channels copied
     cyclically from the RGB filters) → logits ``(n, num_classes)``; ``n_outputs = 512``.
+
+    ``hidden``: None (torchvision's head) or the width of a hidden layer before the output, the
+    weakly-supervised FDA paper's "last layer hidden size of 128" (App. A.3, Fig. 5): ``fc`` is then
+    ``Sequential(Linear(512, hidden), ReLU, Linear(hidden, num_classes))``, ``features`` ends with the hidden
+    layer and ``n_outputs = hidden`` (auxiliary heads branch off there, ``fda_core.data.auxiliary``).
     """
 
     n_outputs = 512
 
-    def __init__(self, input_shape: tuple[int, ...], num_classes: int) -> None:
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, hidden: int | None = None) -> None:
         super().__init__()
         c, _, _ = _check_image_shape(input_shape, "resnet18")
+        if hidden is not None and (isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1):
+            raise ValueError(f"hidden must be None or an integer >= 1, got {hidden!r}")
+        self.hidden = hidden
         self.inplanes = 64
         self.conv1 = nn.Conv2d(c, 64, kernel_size=7, stride=2, padding=3, bias=False)
         self.bn1 = nn.BatchNorm2d(64)
@@ -205,7 +213,10 @@ class ResNet18(nn.Module):
         self.layer3 = self._make_layer(256, 2, stride=2)
         self.layer4 = self._make_layer(512, 2, stride=2)
         self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
-        self.fc = nn.Linear(512, num_classes)
+        self.fc = nn.Linear(512, num_classes) if hidden is None else nn.Sequential(
+            nn.Linear(512, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))
+        if hidden is not None:
+            self.n_outputs = hidden
         for m in self.modules():  # torchvision ResNet.__init__
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
@@ -226,20 +237,22 @@ class ResNet18(nn.Module):
 
     @property
     def classifier(self) -> nn.Linear:
-        return self.fc
+        return self.fc if self.hidden is None else self.fc[2]
 
     def features(self, x: Tensor) -> Tensor:
-        """(n, C, H, W) → (n, 512)."""
+        """(n, C, H, W) → (n, 512), or (n, hidden) after the hidden layer."""
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
         x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-        return self.avgpool(x).flatten(1)
+        x = self.avgpool(x).flatten(1)
+        return x if self.hidden is None else self.fc[1](self.fc[0](x))
 
     def forward(self, x: Tensor) -> Tensor:
         """(n, C, H, W) → logits (n, num_classes)."""
-        return self.fc(self.features(x))
+        return self.classifier(self.features(x))
 
     def load_pretrained(self, state_dict: dict[str, Tensor]) -> None:
-        """Load a torchvision-layout ResNet-18 state dict, skipping ``fc.*`` (the head is task-specific).
+        """Load a torchvision-layout ResNet-18 state dict, skipping ``fc.*`` (the head, and the hidden layer
+        when there is one, are task-specific).
         Missing or unexpected keys (other than ``fc``) or shape mismatches raise ValueError."""
         sd = {k: v for k, v in state_dict.items() if not k.startswith("fc.")}
         w = sd.get("conv1.weight")

@@ -34,7 +34,7 @@ from torch import Tensor
 from ..common.checks import is_int as _is_int
 from ..common.checks import is_number as _is_num
 from ..common.devices import resolve_device
-from ..common.seeding import generator
+from ..common.seeding import derive_seed, generator
 from .flat import FlatAdam, FlatModel, accuracy, count_steps, local_train
 from .methods import ClientInfo, Method, RoundInfo, RoundResults, get_method
 
@@ -168,7 +168,7 @@ def sweep_configs(base: Mapping[str, Any], methods: Sequence[str], *, targets: S
 # One run
 # ---------------------------------------------------------------------------------------------
 #: Seed streams of a run (:func:`fda_core.common.seeding.generator`): one per purpose, then per round and client.
-_STREAM_CLIENT, _STREAM_SOURCE_SUBSET = 1, 2
+_STREAM_CLIENT, _STREAM_SOURCE_SUBSET, _STREAM_AUX_HEADS = 1, 2, 3
 #: Who trains in a client stream: a source (with its index), the target on its labelled samples, the target on
 #: its whole train split (Oracle).
 _SOURCE, _TARGET, _TARGET_TRAIN = 0, 1, 2
@@ -184,7 +184,7 @@ def _prepare(c: dict[str, Any], dataset: Any = None):
     else:
         t = ds.env_index(c["target"])
     device = resolve_device(c["device"])
-    xt, yt = ds[t]
+    xt, yt = ds[t][:2]  # datasets with auxiliary labels return (x, y, aux); the target trains on y only
     lab, unlab, test = labeled_split(xt.shape[0], n_labeled=c["n_target_labeled"], fraction=c["target_fraction"],
                                      train_fraction=c["train_fraction"], seed=c["seed"])
     target = {
@@ -197,12 +197,21 @@ def _prepare(c: dict[str, Any], dataset: Any = None):
     for i in range(len(ds)):
         if i == t:
             continue
-        xs, ys = ds[i]
+        item = ds[i]
+        xs, ys = item[:2]
+        aux = item[2] if len(item) > 2 else None
         if c["source_fraction"] < 1:
             keep = torch.randperm(xs.shape[0], generator=g)[: max(1, round(c["source_fraction"] * xs.shape[0]))]
             xs, ys = xs[keep], ys[keep]
-        sources.append({"name": ds.ENVIRONMENTS[i], "x": xs.to(device), "y": ys.to(device)})
+            aux = aux[keep] if aux is not None else None
+        sources.append({"name": ds.ENVIRONMENTS[i], "x": xs.to(device), "y": ys.to(device),
+                        "aux": aux.to(device) if aux is not None else None})
     module = get_model(c["model"], tuple(ds.input_shape), ds.num_classes, seed=c["seed"], **c["model_options"])
+    tasks = tuple(getattr(ds, "aux_tasks", ()) or ())
+    if tasks:  # one head per auxiliary task on the shared trunk (docs/auxiliary.md § Auxiliary tasks)
+        from ..data.auxiliary import AuxHeads
+
+        module = AuxHeads(module, tasks, seed=derive_seed(c["seed"], _STREAM_AUX_HEADS))
     fm = FlatModel(module, device)
     return ds, t, target, sources, fm, device
 
@@ -243,6 +252,16 @@ class Run:
         self._scratch = torch.empty(fm.m, device=self.device, dtype=dtype)
         self._parts: Tensor | None = None
         self.history: list[dict[str, Any]] = []
+        self.metrics = tuple(getattr(self.dataset, "metrics", ("acc",)))
+        if getattr(method, "uses_aux_labels", False):
+            # the method's source objective reads the auxiliary labels: they travel as extra columns of y,
+            # (n, 1 + K) float, column 0 the main label (docs/auxiliary.md § Methods)
+            if not self.sources or self.sources[0]["aux"] is None:
+                raise ValueError(f"method {method.display_label!r} trains on auxiliary labels, but dataset "
+                                 f"{c['dataset']!r} has none (use a dataset with auxiliary tasks, e.g. SUPPORT2 or "
+                                 "DigitConditions)")
+            for s in self.sources:
+                s["y_aux"] = torch.cat([s["y"].unsqueeze(1).to(s["aux"].dtype), s["aux"]], 1)
         custom = type(method).local_loss is not Method.local_loss
         self._loss = (lambda client: (lambda module, x, y: method.local_loss(module, x, y, client))) if custom else None
 
@@ -281,8 +300,13 @@ class Run:
         fm = self.model
         fm.flat.copy_(self.theta)
         fm.load_buffers(self.buffers)
-        self.history.append({"round": r, "phase": phase, "target_acc": accuracy(fm, self.target["x_test"],
-                                                                               self.target["y_test"]),
+        if self.metrics == ("acc",):
+            scores = {"target_acc": accuracy(fm, self.target["x_test"], self.target["y_test"])}
+        else:
+            from .metrics import evaluate_metrics
+
+            scores = evaluate_metrics(fm.module, self.target["x_test"], self.target["y_test"], self.metrics)
+        self.history.append({"round": r, "phase": phase, **scores,
                              "beta": beta, "lr_source": lr_source, "lr_target": lr_target})
 
     # -- one round -------------------------------------------------------------------------------
@@ -299,7 +323,8 @@ class Run:
         src_bufs: list[dict[str, Tensor]] = []
         if plan.sources:
             for i, s in enumerate(self.sources):
-                src_steps.append(self._train(s["x"], s["y"], epochs=c["local_epochs"], batch_size=c["source_batch_size"],
+                src_steps.append(self._train(s["x"], s.get("y_aux", s["y"]), epochs=c["local_epochs"],
+                                             batch_size=c["source_batch_size"],
                                              lr=lr_s, key=(r, _SOURCE, i), who=f"source client {s['name']!r}, round {r}",
                                              client=ClientInfo("source", i, s["name"], r)))
                 torch.sub(fm.flat, self.theta, out=self._source_updates[i])  # g_i = h_i^(r) − h^(r-1)
@@ -341,14 +366,20 @@ class Run:
         out = method.aggregate(info, res, self.theta)
         if out.buffers is not None:
             self.buffers = out.buffers
+        method.after_round(info, self)
         self.evaluate(r, plan.phase, out.beta, lr_source=lr_s if plan.lr_source is None else plan.lr_source,
                       lr_target=lr_t_used)
 
     def result(self, seconds: float) -> dict[str, Any]:
         accs = [h["target_acc"] for h in self.history]
+        extra = {}
+        if "target_auc" in self.history[-1]:
+            aucs = [h["target_auc"] for h in self.history]
+            extra = {"final_target_auc": aucs[-1], "last5_target_auc": sum(aucs[-5:]) / len(aucs[-5:])}
         return {
             "final_target_acc": accs[-1],
             "last5_target_acc": sum(accs[-5:]) / len(accs[-5:]),
+            **extra,
             "history": self.history,
             "method": self.method.display_label,
             "target": self.target_name,

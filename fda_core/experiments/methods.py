@@ -12,6 +12,8 @@ A method says, like a Flower strategy, what happens in a round of federated trai
   parameter vector in place, as a Flower strategy returns new parameters) and says which BatchNorm
   statistics the global model keeps; state kept between rounds lives on the method object (one
   instance per run);
+* **after each round** — :meth:`Method.after_round` (optional), e.g. fine-tuning the aggregated model on
+  the target within the round (the weakly-supervised FDA paper's Algorithm 1);
 * **after training** — :meth:`Method.after_training` (optional), e.g. fine-tuning on the target.
 
 The round loop (:func:`fda_core.experiments.federated.run_experiment`) knows no method by name: it asks
@@ -277,7 +279,9 @@ class Method:
     Class attributes read by generic code: ``needs_sources`` (the run needs at least one source client),
     ``gradient_rule`` and ``estimates_beta`` (the single-step gradient rule this method applies, for the
     synthetic phase-diagram trainer: "source_only", "target_only", "fedda" or "fedgp", and whether β is
-    estimated from target parts; None where the method is not a gradient rule).
+    estimated from target parts; None where the method is not a gradient rule), ``uses_aux_labels`` (the
+    sources' objective reads auxiliary labels: the engine then passes each source's labels as an (n, 1 + K)
+    float tensor, column 0 the main label, ``docs/auxiliary.md`` § Methods).
     """
 
     name: ClassVar[str] = ""
@@ -286,6 +290,7 @@ class Method:
     needs_sources: ClassVar[bool] = True
     gradient_rule: ClassVar[str | None] = None
     estimates_beta: ClassVar[bool] = False
+    uses_aux_labels: ClassVar[bool] = False
 
     def __init__(self, **options: Any) -> None:
         unknown = sorted(set(options) - set(self.options))
@@ -341,6 +346,12 @@ class Method:
         """Update the global parameters ``theta`` (m,) in place from what the clients sent. Default:
         FedAvg, h ← h + Σ_i w_i g_i, and the sample-weighted average of the sources' BatchNorm statistics."""
         return _fedavg(res, theta)
+
+    # -- after the server step of a round ------------------------------------------------------------
+    def after_round(self, rnd: RoundInfo, run: Any) -> None:
+        """Optional step after the server's update of round ``rnd`` and before its evaluation; ``run`` is the
+        engine's :class:`fda_core.experiments.federated.Run` (e.g. ``run.train_target`` fine-tunes the new
+        global model on the target's labelled samples)."""
 
     # -- after the rounds ------------------------------------------------------------------------
     def after_training(self, run: Any) -> None:
@@ -676,8 +687,15 @@ for _cls in (FedAvg, TargetOnly, FedDA, FedGP, FedDAAuto, FedGPAuto, FinetuneOff
     register_method(_cls)
 
 
+def _load_extensions() -> None:
+    """Register the methods defined in their own modules (imported here, so that they are part of the code
+    revision of every run): the weakly-supervised FDA paper's FedAvg Finetune and AuxInfo."""
+    from . import auxiliary  # noqa: F401  (registers its methods on import)
+
+
 def list_methods() -> list[str]:
     """Canonical names of the registered methods (built-ins first, in the papers' table order)."""
+    _load_extensions()
     return list(_REGISTRY)
 
 
@@ -686,6 +704,8 @@ def method_class(name: str) -> type[Method]:
     registered in :mod:`fda_core.core.aggregation` without a method of its own gets a :class:`RuleMethod`)."""
     if isinstance(name, str) and name in METHOD_ALIASES:
         name = METHOD_ALIASES[name][0]
+    if isinstance(name, str) and name not in _REGISTRY:
+        _load_extensions()
     if isinstance(name, str) and name in _REGISTRY:
         return _REGISTRY[name]
     if isinstance(name, str) and name in aggregation.RULES:
