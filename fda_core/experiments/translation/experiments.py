@@ -30,7 +30,7 @@ from .comms import expected_messages
 from .inb import FedINB
 
 __all__ = ["set_threads", "load_domains", "autoencoder_revision", "get_autoencoders", "identity_wd", "wd_by_depth",
-           "run_translation", "vw_equals_plain", "vw_record_from_plain"]
+           "build_translator", "run_translation", "vw_equals_plain", "vw_record_from_plain"]
 
 
 def set_threads(n: int | None) -> int:
@@ -165,8 +165,19 @@ def wd_by_depth(model: FedINB, domains: RotatedDomains, depths, method: str = "e
                                                           ignore_index=True)
 
 
+def build_translator(config: dict, autoencoders=None) -> FedINB:
+    """The (unfitted) :class:`~fda_core.experiments.translation.inb.FedINB` of a run config (the keys of
+    :func:`run_translation`): the one constructor every fit of a stored configuration goes through, so a
+    translator refitted from the same config (e.g. for notebook 08) is the stored run's translator."""
+    cfg = dict(config)
+    return FedINB(cfg["n_layers"], cfg["n_directions"], cfg["max_iter"], cfg.get("n_bins"), variant=cfg["variant"],
+                  autoencoders=autoencoders, seed=cfg.get("seed", 0), device=cfg.get("device", "auto"),
+                  convention=cfg.get("convention", "library"), input_transform=cfg.get("input_transform", "auto"))
+
+
 def run_translation(config: dict, domains: RotatedDomains, autoencoders=None, grid_per_class: int = 0,
-                    sinkhorn_check: bool = False, depth0_cache: dict | None = None) -> dict:
+                    sinkhorn_check: bool = False, depth0_cache: dict | None = None,
+                    keep: dict | None = None) -> dict:
     """Fit one Fed INB configuration and evaluate it (paper Sec. 4.1). JSON-serialisable result.
 
     ``config`` keys: variant ("INB", "AEINB", "IndAEINB"), n_layers, n_directions, max_iter, n_bins (None
@@ -179,14 +190,15 @@ def run_translation(config: dict, domains: RotatedDomains, autoencoders=None, gr
     ``sinkhorn_check``: also compute the final WD with the other solver (Sinkhorn vs EMD cross-check).
     ``depth0_cache``: a dict shared by the runs of one set of domains and autoencoders; the depth-0 WD rows
     (no layer applied: the same map for every run of a variant and input transform) are measured once per
-    (variant, input transform, WD method) and reused.
+    (variant, input transform, WD method) and reused. ``keep``: a dict that receives the fitted translator
+    under ``"model"`` (so the caller can store it, :mod:`fda_core.experiments.translation.translators`).
     """
     cfg = dict(config)
-    model = FedINB(cfg["n_layers"], cfg["n_directions"], cfg["max_iter"], cfg.get("n_bins"), variant=cfg["variant"],
-                   autoencoders=autoencoders, seed=cfg.get("seed", 0), device=cfg.get("device", "auto"),
-                   convention=cfg.get("convention", "library"), input_transform=cfg.get("input_transform", "auto"))
+    model = build_translator(cfg, autoencoders)
     t0 = time.perf_counter()
     model.fit(domains.train_x, domains.train_y)
+    if keep is not None:
+        keep["model"] = model
     if model.device.type == "cuda":
         torch.cuda.synchronize()
     fit_seconds = time.perf_counter() - t0

@@ -21,6 +21,7 @@ from ...common.store import ResultStore, config_hash
 from ..paper_numbers import INB_PAPER, paper_value
 from . import experiments as ex
 from .inb import VARIANTS
+from .translators import load_translator, save_translator, translator_path
 
 __all__ = ["EXPERIMENT", "QUICK", "OPTIONS", "translation_revision", "resolve_plan", "TranslationStudy", "run_label",
            "option_of"]
@@ -222,9 +223,36 @@ class TranslationStudy:
         if self.autoencoders is None:
             self.prepare()
         p = self.plan
+        cfg = self.config(variant, n_bins, max_iter, option)
+        grid, option, max_iter = cfg["grid"], option_of(cfg), cfg["max_iter"]
+        key = config_hash(cfg)
+        if key not in self._runs and not grid and ex.vw_equals_plain(n_bins, p["n_train_per_class"]):
+            # V a multiple of n: the plain search bit for bit; its record with the VW messages, not refitted
+            plain = self.run(variant, None, max_iter, option)
+            self._runs[key] = {**ex.vw_record_from_plain(plain, n_bins), "config": cfg}
+        if key not in self._runs:
+            aes = self.autoencoders[variant]
+            keep: dict = {}
+            result = self.store.cached(
+                EXPERIMENT, cfg, lambda: ex.run_translation(cfg, self.domains, aes, grid_per_class=2 if grid else 0,
+                                                            sinkhorn_check=grid, depth0_cache=self._depth0, keep=keep),
+                revision=self.revision)
+            if grid and "model" in keep:  # the drawn runs' translators are kept for reuse (notebook 08)
+                save_translator(self.translator_path(cfg), keep["model"], cfg, self.revision)
+            self._runs[key] = {**result, "config": cfg}
+        return self._runs[key]
+
+    def config(self, variant: str, n_bins: int | None = None, max_iter: int | None = None,
+               option: str | None = None) -> dict[str, Any]:
+        """The store key (resolved config) of one configuration, as :meth:`run` fits it: the study's
+        :attr:`base` plus variant, V, J, the option set's options and ``grid`` (whether its digits are drawn,
+        which also keeps its fitted translator, :meth:`translator`). ValueError for an unknown option set."""
+        p = self.plan
         option = p["option"] if option is None else option
         if option not in OPTIONS:
             raise ValueError(f"option must be one of {tuple(OPTIONS)}, got {option!r}")
+        if variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
         max_iter = p["J"] if max_iter is None else int(max_iter)
         main = option == p["option"]
         grid = main and max_iter == p["J"] and ((n_bins is None and variant == "INB" and "INB" in p["variants"])
@@ -233,19 +261,33 @@ class TranslationStudy:
                **OPTIONS[option]}
         if not main:
             cfg["eval_depths"] = [0, p["L"]]
-        key = config_hash(cfg)
-        if key not in self._runs and not grid and ex.vw_equals_plain(n_bins, p["n_train_per_class"]):
-            # V a multiple of n: the plain search bit for bit; its record with the VW messages, not refitted
-            plain = self.run(variant, None, max_iter, option)
-            self._runs[key] = {**ex.vw_record_from_plain(plain, n_bins), "config": cfg}
-        if key not in self._runs:
-            aes = self.autoencoders[variant]
-            result = self.store.cached(
-                EXPERIMENT, cfg, lambda: ex.run_translation(cfg, self.domains, aes, grid_per_class=2 if grid else 0,
-                                                            sinkhorn_check=grid, depth0_cache=self._depth0),
-                revision=self.revision)
-            self._runs[key] = {**result, "config": cfg}
-        return self._runs[key]
+        return cfg
+
+    def translator_path(self, config: Mapping[str, Any]) -> Path:
+        """Where the fitted translator of the run ``config`` is kept: beside its store record
+        (:func:`~fda_core.experiments.translation.translators.translator_path`)."""
+        return translator_path(self.store.root, EXPERIMENT, config)
+
+    def translator(self, variant: str, n_bins: int | None = None, max_iter: int | None = None,
+                   option: str | None = None, *, fit_missing: bool = True):
+        """The fitted :class:`~fda_core.experiments.translation.inb.FedINB` of one configuration and whether it
+        was reused: ``(model, reused)``. Reused from the sidecar that :meth:`run` writes beside the store record
+        (the runs whose digits are drawn keep theirs) when the same code fitted it; otherwise fitted here (no
+        evaluation: the record is left to :meth:`run`) and saved for the next caller. ``fit_missing=False``
+        returns ``(None, False)`` instead of fitting. ``docs/translation.md`` § Fitted translators reused."""
+        if self.autoencoders is None:
+            self.prepare()
+        cfg = self.config(variant, n_bins, max_iter, option)
+        path = self.translator_path(cfg)
+        aes = self.autoencoders[variant]
+        model = load_translator(path, cfg, self.revision, aes)
+        if model is not None:
+            return model, True
+        if not fit_missing:
+            return None, False
+        model = ex.build_translator(cfg, aes).fit(self.domains.train_x, self.domains.train_y)
+        save_translator(path, model, cfg, self.revision)
+        return model, False
 
     def variant_runs(self) -> dict[str, dict]:
         """Panel (a): every variant with sorted projections, L-K-J of the plan."""

@@ -1,0 +1,268 @@
+"""FedDIRT, its shared-space variant and the FedAvg baseline (fda_core.experiments.translation.dirt), the DIRT
+network, and fitted translators kept beside the result store (translation.translators)."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from scipy import stats
+
+from fda_core.common.seeding import derive_seed, generator
+from fda_core.data.dirt_models import DIRTNet
+from fda_core.experiments.translation import dirt
+from fda_core.experiments.translation.comms import expected_messages
+from fda_core.experiments.translation.inb import FedINB
+from fda_core.experiments.translation.translators import load_translator, save_translator
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _clients(m=3, n=40, seed=0):
+    """m clients holding the same n random 'digits' shifted per client, labels of 4 classes (class-sorted)."""
+    g = torch.Generator().manual_seed(seed)
+    base = torch.rand(n, 784, generator=g)
+    x = torch.stack([(base + 0.1 * i).clamp(0, 1) for i in range(m)])
+    y = torch.arange(4).repeat_interleave(n // 4)
+    return x, y
+
+
+def _flat(net):
+    return torch.cat([p.detach().reshape(-1) for p in net.state_dict().values() if p.is_floating_point()])
+
+
+# -- the network ---------------------------------------------------------------------------------------
+def test_dirt_net_has_dirts_shapes_and_parameter_count():
+    net = DIRTNet(10)
+    # conv 1→32 5x5 (no bias) + IN affine, conv 32→64 5x5 + IN affine, Linear(1024→64), Linear(64→10)
+    expected = 32 * 25 + 2 * 32 + 64 * 32 * 25 + 2 * 64 + 1024 * 64 + 64 + 64 * 10 + 10
+    assert sum(p.numel() for p in net.parameters()) == expected == 118_442
+    x = torch.rand(3, 784)
+    assert net.features(x).shape == (3, 64) and net(x).shape == (3, 10)
+    assert torch.allclose(net(x), net.head(net.features(x.view(3, 1, 28, 28))))
+    assert not any(b.is_floating_point() for b in net.buffers())  # InstanceNorm: no statistics to average
+    assert DIRTNet(10, width=0.25).channels == (8, 16)
+    with pytest.raises(ValueError, match="width"):
+        DIRTNet(10, width=0)
+    with pytest.raises(ValueError, match="norm"):
+        DIRTNet(10, norm="layer")
+
+
+# -- the pieces of the objective --------------------------------------------------------------------------
+def test_targets_are_never_the_own_domain_and_uniform_over_the_others():
+    m, n = 5, 20_000
+    for own in range(m):
+        t = dirt.draw_targets(own, m, n, torch.Generator().manual_seed(own))
+        assert t.shape == (n,) and not (t == own).any() and t.min() >= 0 and t.max() < m
+        counts = torch.bincount(t, minlength=m)[[d for d in range(m) if d != own]].numpy()
+        assert stats.chisquare(counts).pvalue > 1e-4  # uniform over the M - 1 other domains
+    batch = dirt.draw_targets(2, m, 64, torch.Generator().manual_seed(0), per_sample=False)
+    assert len(set(batch.tolist())) == 1 and batch[0] != 2  # DIRT's per-batch draw: one target
+    with pytest.raises(ValueError, match="own"):
+        dirt.draw_targets(5, 5, 3, torch.Generator())
+    with pytest.raises(ValueError, match="n_domains"):
+        dirt.draw_targets(0, 1, 3, torch.Generator())
+
+
+def test_dis_is_dirts_mean_squared_difference():
+    z, w = torch.tensor([[1.0, 2.0], [0.0, 0.0]]), torch.tensor([[1.0, 0.0], [3.0, 0.0]])
+    assert float(dirt.dis(z, w)) == pytest.approx((0 + 4 + 9 + 0) / 4)
+    with pytest.raises(ValueError, match="same shape"):
+        dirt.dis(z, w[:1])
+
+
+def test_regulariser_is_zero_for_the_identity_translator():
+    """A Fed INB translator with no layer (and no input transform) is the identity: the translation bank
+    holds each client's own digits and FedDIRT's objective is the cross-entropy alone."""
+    x, y = _clients(m=3, n=40)
+    ident = FedINB(0, 2, 1, variant="INB", input_transform="none").fit(list(x), [y] * 3)
+    bank = dirt.translation_bank(ident, x, y)
+    assert bank.shape == (3, 3, 40, 784)
+    for s in range(3):
+        for t in range(3):
+            assert torch.equal(bank[s, t], x[s])
+    net = DIRTNet(4, width=0.25)
+    method = dirt.get_dg_method("feddirt")
+    b = torch.arange(8)
+    with torch.no_grad():
+        total, ce = method.dg_loss(net, x[0, b], y[b], bank[0, 2, b])
+    assert float(total) == pytest.approx(float(ce), abs=1e-6) and float(ce) == pytest.approx(
+        float(F.cross_entropy(net(x[0, b]), y[b]).detach()), rel=1e-6)
+    # a real translation makes it positive, weighted by lambda
+    shifted = (x[0, b] + 0.3).clamp(0, 1)
+    with torch.no_grad():
+        t2, ce2 = dirt.get_dg_method("feddirt", lam=2.0).dg_loss(net, x[0, b], y[b], shifted)
+        t4, _ = dirt.get_dg_method("feddirt", lam=4.0).dg_loss(net, x[0, b], y[b], shifted)
+    assert float(t2) > float(ce2) and float(t4 - ce2) == pytest.approx(2 * float(t2 - ce2), rel=1e-5)
+    # the shared space of the identity translator is the data itself
+    assert torch.equal(dirt.shared_space_images(ident, x, y), x)
+
+
+def test_translation_bank_matches_translate_pair_by_pair():
+    x, y = _clients(m=3, n=40, seed=1)
+    tr = FedINB(2, 3, 5, variant="INB", input_transform="none", seed=0).fit(list(x), [y] * 3)
+    bank = dirt.translation_bank(tr, x, y)
+    for s, t in [(0, 1), (2, 0), (1, 2)]:
+        assert torch.allclose(bank[s, t], tr.translate(x[s], s, t, y).float(), atol=1e-6)
+    assert not torch.allclose(bank[0, 1], x[0])
+    with pytest.raises(ValueError, match="sorted by class"):
+        dirt.translation_bank(tr, x, y.flip(0))
+
+
+# -- the federated loop -------------------------------------------------------------------------------
+def _plain_training(x, y, iterations, seed, run=0, width=0.25, lr=1e-3, batch_size=16):
+    """Centralised training written out: the same initial model and batch order as client 0 of the loop."""
+    torch.manual_seed(derive_seed(seed, 11, run))
+    net = DIRTNet(10, width=width)
+    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    g = generator(seed, 12, run, 0)
+    order = torch.cat([torch.randperm(x.shape[0], generator=g) for _ in range(math.ceil(iterations * batch_size
+                                                                                           / x.shape[0]) + 1)])
+    for it in range(iterations):
+        b = order[it * batch_size:(it + 1) * batch_size]
+        loss = F.cross_entropy(net(x[b]), y[b])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return net
+
+
+def test_fedavg_with_period_one_and_one_client_is_plain_training():
+    x, y = _clients(m=1, n=40)
+    keep = {}
+    rec = dirt.train_federated(dirt.get_dg_method("fedavg"), x, y, period=1, iterations=7, batch_size=16, width=0.25,
+                               seed=3, keep=keep)
+    plain = _plain_training(x[0], y, 7, seed=3)
+    assert torch.equal(_flat(keep["server"]), _flat(plain))
+    assert rec["syncs"] == 7
+
+
+def test_fedavg_with_one_synchronisation_averages_independent_trainings():
+    """period ≥ iterations: the clients train on their own from the same model and are averaged once at the end."""
+    x, y = _clients(m=2, n=40)
+    keep = {}
+    dirt.train_federated(dirt.get_dg_method("fedavg"), x, y, period=50, iterations=5, batch_size=16, width=0.25,
+                         seed=1, keep=keep)
+    # client m's batches come from stream (seed, 12, run, m): train each alone with its own stream
+    nets = []
+    for m in range(2):
+        torch.manual_seed(derive_seed(1, 11, 0))
+        net = DIRTNet(10, width=0.25)
+        opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+        g = generator(1, 12, 0, m)
+        order = torch.cat([torch.randperm(40, generator=g) for _ in range(3)])
+        for it in range(5):
+            b = order[it * 16:(it + 1) * 16]
+            loss = F.cross_entropy(net(x[m, b]), y[b])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        nets.append(_flat(net))
+    assert torch.allclose(_flat(keep["server"]), (nets[0] + nets[1]) / 2, atol=1e-7)
+
+
+@pytest.mark.parametrize("period,iterations", [(1, 6), (10, 25), (100, 30), (4, 8)])
+def test_synchronisation_period_is_respected_and_counted(period, iterations):
+    x, y = _clients(m=3, n=40)
+    rec = dirt.train_federated(dirt.get_dg_method("fedavg"), x, y, period=period, iterations=iterations,
+                               batch_size=8, width=0.125, eval_every=2, tests={"t": (x[0], y)})
+    syncs = math.ceil(iterations / period)  # every `period` mini-batches, and once at the end
+    p = rec["n_params"]
+    assert p == sum(q.numel() for q in DIRTNet(10, width=0.125).parameters())
+    assert rec["syncs"] == syncs
+    assert rec["params_up"] == syncs * p and rec["params_down"] == (syncs + 1) * p  # + the initial model
+    by_tag = {(r["tag"], r["direction"]): r["params"] for r in rec["comm_by_tag"]}
+    assert by_tag == {("initial_model", "down"): p, ("client_model", "up"): syncs * p,
+                      ("average_model", "down"): syncs * p}
+    # the curve records the synchronisations and parameters so far at every evaluation
+    for point in rec["curve"]:
+        done = point["iteration"] // period + (point["iteration"] == iterations and iterations % period != 0)
+        assert point["syncs"] == done and point["params"] == p * (1 + 2 * done)
+    assert [c["iteration"] for c in rec["curve"]] == sorted({*range(2, iterations + 1, 2), iterations})
+
+
+def test_feddirt_needs_its_views_and_runs_deterministically():
+    x, y = _clients(m=3, n=40)
+    ident = FedINB(0, 2, 1, variant="INB", input_transform="none").fit(list(x), [y] * 3)
+    bank = dirt.translation_bank(ident, x, y)
+    method = dirt.get_dg_method("feddirt")
+    with pytest.raises(ValueError, match="views"):
+        dirt.train_federated(method, x, y, iterations=2)
+    kw = dict(views=bank, period=2, iterations=4, batch_size=8, width=0.125, tests={"t": (x[1], y)})
+    a = dirt.train_federated(method, x, y, seed=5, **kw)
+    b = dirt.train_federated(method, x, y, seed=5, **kw)
+    c = dirt.train_federated(method, x, y, seed=5, run=1, **kw)
+    assert a["curve"] == b["curve"] and a["loss"] == b["loss"]
+    assert a["loss"] != c["loss"]
+    # with the identity translator the regulariser vanishes: FedDIRT trains exactly as FedAvg
+    avg = dirt.train_federated(dirt.get_dg_method("fedavg"), x, y, seed=5, **{k: v for k, v in kw.items()
+                                                                              if k != "views"})
+    assert [p["t"] for p in avg["curve"]] == [p["t"] for p in a["curve"]]
+    shared = dirt.train_federated(dirt.get_dg_method("feddirt_shared"), x, y, seed=5,
+                                  **{**kw, "views": dirt.shared_space_images(ident, x, y)})
+    assert [p["t"] for p in shared["curve"]] == [p["t"] for p in avg["curve"]]
+
+
+def test_bad_arguments_name_the_parameter():
+    x, y = _clients(m=2, n=8)
+    m = dirt.get_dg_method("fedavg")
+    for kw, name in [(dict(period=0), "period"), (dict(iterations=0), "iterations"), (dict(lr=0.0), "lr"),
+                     (dict(batch_size=0), "batch_size"), (dict(norm="group"), "norm"), (dict(eval_every=-1), "eval_every")]:
+        with pytest.raises(ValueError, match=name):
+            dirt.train_federated(m, x, y, **kw)
+    with pytest.raises(ValueError, match="method must be one of"):
+        dirt.get_dg_method("fedprox")
+    with pytest.raises(ValueError, match="lam"):
+        dirt.get_dg_method("feddirt", lam=-1)
+    with pytest.raises(ValueError, match="targets"):
+        dirt.get_dg_method("feddirt", targets="per_epoch")
+    assert dirt.parse_dg_spec({"feddirt": {"lam": 10}}).display_label == "FedDIRT (λ=10)"
+    assert dirt.parse_dg_spec("feddirt_shared").display_label == "FedDIRT (shared space)"
+
+
+# -- communication of the translators ----------------------------------------------------------------------
+def test_translator_exchange_counts_each_clients_maps_and_decoder():
+    x, y = _clients(m=3, n=40)
+    tr = FedINB(2, 3, 4, variant="INB", input_transform="none", seed=0).fit(list(x), [y] * 3)
+    b = tr.client_bins(10)  # 10 samples per class and client
+    per_layer_class = expected_messages(784, 3, 10, 1, 1, None, b, tr.bary_grid)[("barycenter", "client_cdf", "up")]
+    own = 2 * 4 * per_layer_class  # L = 2 layers, 4 classes: K (B + 2) each
+    assert per_layer_class == 3 * (b + 2)
+    assert dirt.translator_exchange(tr) == dict(up=own, down=2 * own, total=3 * own)
+    assert dirt.translator_exchange(tr, n_decoder_params=100) == dict(up=own + 100, down=2 * (own + 100),
+                                                                      total=3 * (own + 100))
+
+
+# -- fitted translators kept beside the store --------------------------------------------------------------
+def test_a_saved_translator_translates_exactly_as_the_fitted_one(tmp_path):
+    x, y = _clients(m=3, n=40, seed=2)
+    cfg = dict(n_layers=2, n_directions=3, max_iter=4, n_bins=None, variant="INB", seed=0, device="cpu",
+               convention="reference", input_transform="auto")
+    from fda_core.experiments.translation.experiments import build_translator
+
+    model = build_translator(cfg).fit(list(x), [y] * 3)
+    path = tmp_path / "t.translator.pt"
+    save_translator(path, model, cfg, "rev1")
+    loaded = load_translator(path, cfg, "rev1")
+    assert loaded is not None and loaded.input_transform_ == model.input_transform_ == "probit"
+    for s, t in [(0, 2), (1, 0)]:
+        assert torch.equal(loaded.translate(x[s], s, t, y), model.translate(x[s], s, t, y))
+    assert loaded.communication.total() == model.communication.total()
+    assert load_translator(path, cfg, "rev2") is None  # another code revision: stale
+    assert load_translator(path, {**cfg, "max_iter": 5}, "rev1") is None  # another run's config
+    assert load_translator(tmp_path / "missing.pt", cfg, "rev1") is None
+
+
+def test_dg_data_rotates_the_translators_training_digits():
+    from fda_core.data.rotated_domains import rotated_mnist
+
+    data = dirt.dg_data(n_train_per_class=20, n_test_per_class=5, n_dg_per_class=4)
+    dom = rotated_mnist([0, 15, 30, 45, 60, 75, 90], 20, 5, "", 0)
+    assert data.x.shape == (5, 40, 784) and data.y.tolist() == [c for c in range(10) for _ in range(4)]
+    assert torch.equal(data.x[2], dom.train_x[2][data.index])
+    assert torch.equal(data.test_x[90.0], dom.train_x[6][data.index])  # the same digits, rotated by 90 degrees
+    assert data.heldout_x[75.0].shape == (50, 784)
+    with pytest.raises(ValueError, match="n_dg_per_class"):
+        dirt.dg_data(n_train_per_class=20, n_test_per_class=5, n_dg_per_class=21)
+    with pytest.raises(ValueError, match="test_angles"):
+        dirt.dg_data(test_angles=(60,), n_train_per_class=20, n_test_per_class=5, n_dg_per_class=4)
