@@ -1,4 +1,4 @@
-"""Published numbers of the FedGP, auto-weighted FDA and Fed INB papers, for side-by-side comparison only.
+"""Published numbers of the FedGP, auto-weighted FDA, Fed INB and healthcare papers, for side-by-side comparison only.
 
 These are the papers' numbers, copied from their tables and text (the source named per entry); the
 workbook's own numbers are always computed by code. :data:`PAPER` holds tables (accuracies in %, and the
@@ -27,6 +27,14 @@ _DG_SETTING_MNIST = ("1,000 training digits of full MNIST rotated by 0, 15, 30, 
                      "1e-3, batch 64, lambda = 2; 2,000 / 2,500 / 3,000 iterations for periods 1 / 10 / 100; 4 runs")
 _DG_SETTING_FASHION = ("1,000 training images of Fashion-MNIST rotated as for MNIST; Adam lr 1e-4, batch 128, lambda = "
                        "10; 1,500 iterations (75 degrees) and 3,000 (90 degrees); 4 runs")
+
+#: Healthcare paper (weakly-supervised FDA) Table 2 columns and setting (§ 5.1, App. A.3)
+_HC_COLS = ["CheXpert ACC", "CheXpert AUC", "MIMIC ACC", "MIMIC AUC", "MIDRC ACC", "MIDRC AUC"]
+_HC_SETTING = ("ImageNet-pretrained ResNet-18 with a hidden layer of 128 and one branch per auxiliary task; Adam, "
+               "source lr 1e-3, target lr 2e-4, one local epoch; alpha = 1, beta = 0.5 (on the target update, Eq. 7); "
+               "80 rounds (MIMIC), 50 (CheXpert, MIDRC); CheXpert: domains by condition, 4,000 images per source, "
+               "1,000 labelled target; MIMIC: domains by race, 500 per source, 100 labelled target, sex and age as "
+               "auxiliary labels; MIDRC: 5 US states, 2,000 labelled target, race, sex and age as auxiliary labels")
 
 PAPER: dict[str, dict] = {
     # auto-weighted FDA paper, Table 1 (main text; 0.1% labelled target, R = 50, 5 trials)
@@ -109,6 +117,39 @@ PAPER: dict[str, dict] = {
         "FedDIRT (L10-K20)": [1.3, 0.9, 1.4, 0.5, 0.6, 0.4], "FedDIRT (L20-K10)": [1.3, 0.9, 1.0, 0.9, 0.4, 0.6],
         "FedDIRT (L10-K10)": [1.8, 0.6, 0.6, 0.5, 0.3, 0.6], "FedDIRT (L20-K20)": [1.8, 1.5, 1.3, 0.3, 1.0, 0.4],
         "FedAvg": [2.9, 1.2, 4.1, 1.6, 1.8, 0.9]}},
+    # Healthcare paper (weakly-supervised FDA), Table 2: ACC and AUC (%) on three medical data sets, mean and
+    # the half-width of a 95% CI over 3 trials; rows keyed by the paper's method names (its registry specs:
+    # fda_core.experiments.auxiliary.PAPER_METHODS; FADA and KD3A are unsupervised baselines not in the workbook)
+    "Healthcare_Table2": {"source": "healthcare paper, Table 2 (mean over 3 trials)", "setting": _HC_SETTING,
+                          "columns": _HC_COLS, "rows": {
+        "FedAvg": [53.28, 54.13, 69.95, 76.34, 53.56, 52.45],
+        "FedAvg Finetune": [58.90, 63.81, 70.21, 77.18, 62.33, 66.66],
+        "FedAvg Finetune AuxInfo": [63.15, 69.10, 69.41, 76.38, 68.22, 73.41],
+        "FedAvg Finetune GP": [72.63, 82.40, 70.69, 77.24, 69.36, 72.10],
+        "FedAvg Finetune AuxInfo GP": [75.61, 83.09, 68.68, 75.54, 70.28, 74.61],
+        "FADA": [61.83, 64.83, 65.92, 70.11, 51.98, 53.19], "KD3A": [62.61, 67.72, 70.08, 75.50, 51.27, 55.76],
+        "Oracle": [75.72, 82.51, 71.28, 76.29, 84.28, 87.62]}},
+    "Healthcare_Table2_ci": {"source": "healthcare paper, Table 2 (95% CI half-widths over 3 trials)", "setting": _HC_SETTING,
+                             "columns": _HC_COLS, "rows": {
+        "FedAvg": [2.44, 3.77, 1.57, 3.02, 2.33, 4.23], "FedAvg Finetune": [0.77, 2.92, 1.38, 0.87, 2.34, 2.17],
+        "FedAvg Finetune AuxInfo": [2.11, 4.08, 1.40, 1.27, 3.68, 1.68],
+        "FedAvg Finetune GP": [2.27, 2.17, 0.91, 1.87, 2.93, 2.48],
+        "FedAvg Finetune AuxInfo GP": [1.17, 2.28, 2.16, 2.44, 1.68, 3.16],
+        "FADA": [3.33, 5.44, 1.43, 2.04, 1.59, 2.39], "KD3A": [0.50, 2.50, 0.64, 0.94, 2.69, 0.55],
+        "Oracle": [1.27, 1.15, 0.79, 0.94, 1.01, 1.54]}},
+    # Healthcare paper, Table 4: target AUC (%) on MIDRC against the number of labelled target samples
+    "Healthcare_Table4": {"source": "healthcare paper, Table 4 (MIDRC, AUC)", "setting": _HC_SETTING,
+                          "columns": [50, 100, 500, 1000, 2000], "rows": {
+        "FedAvg": [52.45, 52.45, 52.45, 52.45, 52.45], "FedAvg Finetune": [51.92, 54.56, 58.52, 60.48, 65.57],
+        "FedAvg Finetune AuxInfo": [55.13, 57.38, 61.30, 64.88, 72.51],
+        "FedAvg Finetune GP": [53.27, 55.38, 63.45, 67.44, 71.98]}},
+    # Healthcare paper, App. A.6 Table 6: target accuracy (%) on Non-IID MNIST
+    "Healthcare_Table6": {"source": "healthcare paper, App. A.6 Table 6 (Non-IID MNIST)",
+                          "setting": "full MNIST, 8 sources with 3 classes each (NIID-Bench #C=3), a 10-class target "
+                                     "with feature noise (level not given), 100 labelled target samples, tested on "
+                                     "10,000 target images, a CNN (learning rates, rounds and trials not given)",
+                          "columns": ["ACC"], "rows": {
+        "FedAvg": [60.11], "FedAvg Finetune": [69.82], "FedAvg Finetune GP": [79.74]}},
 }
 
 #: Single numbers and the setting of the Fed INB paper (*Efficient Federated Domain Translation*, ICLR 2023),
