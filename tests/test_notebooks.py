@@ -25,6 +25,7 @@ QUICK = {
     "04_real_data": {"quick": True},
     "05_semi_synthetic": {"quick": True},
     "06_inb_translation": {"quick": True},
+    "08_domain_generalisation": {"quick": True},
 }
 
 
@@ -222,6 +223,35 @@ def test_06_numbers(out_root):
     # Sinkhorn and exact EMD agree within a few per cent, Sinkhorn above
     cc = _read(figures / "wd_cross_check.csv")
     assert ((cc.relative_difference > 0) & (cc.relative_difference < 0.05)).all()
+
+
+def test_08_numbers(out_root):
+    """08 (quick): the Table-3 analogue has every method, period and unseen domain with the paper's FedAvg row
+    beside ours; accuracies are percentages; the communication counted equals the closed form (initial model +
+    2P per synchronisation) and the translator's cost is added to the translator-based methods only."""
+    figures = executed("08_domain_generalisation", out_root)
+    for name in ("table3", "accuracy_vs_iteration", "accuracy_vs_communication", "regulariser_views"):
+        for ext in ("png", "pdf", "csv"):
+            assert (figures / f"{name}.{ext}").exists(), f"{name}.{ext} missing"
+    t = _read(figures / "table3.csv")
+    assert set(t.method) == {"FedAvg", "FedDIRT", "FedDIRT (shared space)"}
+    assert set(t[t.method == "FedAvg"].period) == {1, 10, 100} and set(t[t.method != "FedAvg"].period) >= {10}
+    assert set(t.domain) == {"75", "90", "75 held-out", "90 held-out"}
+    assert t["mean"].between(0, 100).all() and (t.runs == 2).all() and (t["std"] >= 0).all()
+    avg = t[(t.method == "FedAvg") & (t.domain == "75")].set_index("period")
+    assert avg.loc[1, "paper_mean"] == 85.2 and avg.loc[100, "paper_mean"] == 80.1 and avg.loc[100, "paper_std"] == 2.3
+    comm = _read(figures / "communication.csv")
+    p = comm.model_params
+    assert (comm.training_params == p * (1 + 2 * comm.syncs)).all()
+    assert (comm.syncs == np.ceil(comm.iterations / comm.period)).all()
+    uses = comm.method != "FedAvg"
+    assert (comm.translator_fit_params[uses] > 0).all() and (comm[~uses].translator_fit_params == 0).all()
+    assert (comm[comm.method == "FedDIRT (shared space)"].translator_exchange_params == 0).all()
+    assert (comm[comm.method == "FedDIRT"].translator_exchange_params > 0).all()
+    assert (comm.total_params == comm.training_params + comm.translator_fit_params
+            + comm.translator_exchange_params).all()
+    curves = _read(figures / "accuracy_vs_iteration.csv")
+    assert curves["mean"].between(0, 100).all() and set(curves.period) == {1, 10, 100}
 
 
 def test_regenerating_gives_byte_identical_csvs(out_root, tmp_path):

@@ -378,8 +378,8 @@ def train_federated(method: DGMethod, x: Tensor, y: Tensor, *, views: Tensor | N
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            loss_acc += float(loss) / m_clients
-            ce_acc += float(ce) / m_clients
+            loss_acc += loss.item() / m_clients
+            ce_acc += ce.item() / m_clients
         steps += 1
         if it % period == 0 or it == iterations:
             syncs += 1
