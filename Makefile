@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	# torch first, pinned: 2.13.0 is the local CPU wheel; a looser pin could pull a multi-GB CUDA build
 	$(PY) -m pip install --quiet "torch==2.13.0" $(PIPQ)
-	$(PY) -m pip install --quiet -e ".[dev]" $(PIPQ)
+	$(PY) -m pip install --quiet -e ".[dev,flower]" $(PIPQ)
 	$(PY) -c "import torch, papermill, fda_core; print('set-up ok: torch', torch.__version__)"
 	touch $(STAMP)
 
