@@ -23,10 +23,10 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -105,6 +105,15 @@ def slant(x: Tensor) -> Tensor:
     return torch.where((mass > 0) & (mu02 > 0), -mu11 / mu02.clamp_min(1e-12), torch.zeros_like(mass))
 
 
+@functools.lru_cache(maxsize=2)
+def _digits_with_attributes(data_root: str | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The digits of ``data_root`` (None: MNIST-5k) with each image's thickness and slant, computed once."""
+    x, y = load_mnist(data_root)
+    if x.shape[1:] != (1, 28, 28):
+        raise ValueError(f"DigitConditions needs 28x28 grey digits, got images of shape {tuple(x.shape[1:])}")
+    return x, y, stroke_thickness(x), slant(x)
+
+
 class DigitConditions(AuxDataset):
     """The CheXpert-style image stand-in (module docstring): one environment per condition digit in
     ``conditions``; ``n_per_class`` positives (images of the digit) and as many negatives (images of any
@@ -131,12 +140,9 @@ class DigitConditions(AuxDataset):
         n = check_int(n_per_class, "n_per_class", 1)
         self.rotate_fraction = check_number(rotate_fraction, "rotate_fraction", 0.0, 1.0)
         self.conditions, self.n_per_class, self.data_root = conds, n, data_root
-        x, y = load_mnist(data_root)
-        if x.shape[1:] != (1, 28, 28):
-            raise ValueError(f"DigitConditions needs 28x28 grey digits, got images of shape {tuple(x.shape[1:])}")
+        x, y, thick, sl = _digits_with_attributes(None if data_root is None else str(data_root))
         self.ENVIRONMENTS = [f"digit {c}" for c in conds]
         self.default_target = len(conds) - 1
-        thick, sl = stroke_thickness(x), slant(x)
         self.thickness_median, self.slant_median = float(thick.median()), float(sl.median())
         g = torch.Generator().manual_seed(self.seed)
         order = torch.randperm(len(y), generator=g)
