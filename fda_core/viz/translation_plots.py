@@ -17,7 +17,8 @@ import pandas as pd
 from ..experiments.paper_numbers import paper_value
 
 __all__ = ["curve_table", "plot_wd_curves", "plot_translation_grid", "plot_objective_traces", "plot_iterations",
-           "plot_iterations_by_option", "figure_variants", "figure_j", "figure_vw", "figure_grid", "figure_iterations"]
+           "plot_iterations_by_option", "figure_variants", "figure_j", "figure_vw", "figure_grid", "figure_iterations",
+           "figure_stargan"]
 
 
 def curve_table(results: dict[str, dict]) -> pd.DataFrame:
@@ -209,3 +210,35 @@ def figure_iterations(table: pd.DataFrame, plan: Mapping[str, Any], by_option: p
                                f"L={s['L']}, J={s['J']}")
     fig.tight_layout()
     return fig
+
+
+def figure_stargan(inb_runs: dict[str, dict], stargan_runs: dict[str, dict], identity: float | None, plan: dict,
+                   metric: str = "wd", inb_fid: dict[str, tuple[int, float]] | None = None
+                   ) -> tuple[plt.Figure, pd.DataFrame]:
+    """FedStarGAN beside Fed INB (paper Fig. 2d and 4d). ``metric="wd"``: the INB runs' WD curves and the
+    FedStarGAN runs' (records whose ``curve`` has depth = synchronisations, params, wd) on the same axes — held-out
+    WD against parameters transmitted per client. ``metric="fid"``: FedStarGAN's FID against parameters, with
+    ``inb_fid`` = {run: (parameters, FID)} points of the INB translators. Table: every point drawn."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    n = plan["n_train_per_class"]
+    if metric == "wd":
+        _, table = plot_wd_curves({**inb_runs, **stargan_runs}, ax, identity,
+                                  title=f"Fed INB vs FedStarGAN (Rotated MNIST, n={n} per class and client)")
+        table = table.assign(kind=["FedStarGAN" if r in stargan_runs else "Fed INB" for r in table.run])
+    else:
+        rows = []
+        for name, r in stargan_runs.items():
+            t = pd.DataFrame(r["curve"])
+            ax.plot(t.params, t.wd, marker="o", ms=3.5, lw=1.4, label=name)
+            rows += [dict(run=name, kind="FedStarGAN", params=p, fid=v) for p, v in zip(t.params, t.wd)]
+        for name, (params, fid) in (inb_fid or {}).items():
+            ax.plot([params], [fid], marker="D", ms=6, ls="none", label=name)
+            rows.append(dict(run=name, kind="Fed INB", params=params, fid=fid))
+        table = pd.DataFrame(rows)
+        ax.set_xscale("log")
+        ax.set_xlabel("parameters transmitted per client (up + down, cumulative)")
+        ax.set_ylabel("FID (held-out, translated vs real target digits)")
+        ax.legend(fontsize=7)
+        ax.set_title("Fed INB vs FedStarGAN (FID)", fontsize=10)
+    fig.tight_layout()
+    return fig, table

@@ -1,0 +1,227 @@
+"""FedStarGAN: a StarGAN trained with FedAvg across the domain-clients, the Fed INB paper's federated
+translation baseline (Sec. 4.2, Fig. 2d–f, Fig. 3b–c, Fig. 4d, App. E.1; ``docs/translation.md`` § FedStarGAN).
+
+Each client holds one domain and its own copy of the generator G and discriminator D
+(:mod:`fda_core.data.stargan_models`); it trains them with StarGAN's losses (the objective of DIRT's StarGAN
+solver, which the paper starts from) on mini-batches of its own images, and every ``sync_every`` mini-batches
+the server averages the clients' G and D with uniform weights and sends the averages back (FedAvg; each
+client keeps its own Adam states). One iteration, per client (``docs/translation.md`` § FedStarGAN):
+
+* D: −mean D_src(x) + mean D_src(G(x, m, m′)) + λ_cls·CE(D_cls(x), m) + λ_gp·(‖∇D_src(x̂)‖ − 1)²
+  (WGAN-GP, x̂ a random interpolate of x and G(x));
+* every ``n_critic`` iterations, G: −mean D_src(G(x, m, m′)) + λ_cls·CE(D_cls(G(x, m, m′)), m′)
+  + λ_rec·mean|x − G(G(x, m, m′), m′, m)|.
+
+m is the client's own domain and m′ ≠ m a target drawn per sample (StarGAN permutes the labels of a batch,
+which on a one-domain client would always give m itself). Every exchange goes through a
+:class:`~fda_core.experiments.translation.comms.CommunicationLog` (stage ``fedavg``): the initial G and D ↓
+once, then per synchronisation each client's G and D ↑ and the averages ↓, so a client transmits
+(P_G + P_D)·(1 + 2S) parameters after S synchronisations. The evaluation translates with the server's G.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ...common.checks import check_int, check_number
+from ...common.devices import resolve_device
+from ...common.seeding import derive_seed, generator
+from ...core.wasserstein import wasserstein_distances
+from ...data.stargan_models import StarDiscriminator, StarGenerator, from_gan, one_hot, to_gan
+from .comms import CommunicationLog
+from .dirt import _batches, draw_targets
+
+__all__ = ["train_fedstargan", "translate_gan", "gan_wd", "eval_points"]
+
+_INIT, _BATCHES, _TARGETS, _ALPHA = 21, 22, 23, 24
+
+
+def _flat(nets: Sequence[torch.nn.Module]) -> Tensor:
+    return torch.cat([p.detach().reshape(-1) for net in nets for p in net.state_dict().values()
+                      if p.is_floating_point()])
+
+
+def _load(nets: Sequence[torch.nn.Module], flat: Tensor) -> None:
+    off = 0
+    with torch.no_grad():
+        for net in nets:
+            for t in net.state_dict().values():
+                if t.is_floating_point():
+                    t.copy_(flat[off:off + t.numel()].view_as(t))
+                    off += t.numel()
+
+
+def _gradient_penalty(out: Tensor, x: Tensor) -> Tensor:
+    """mean over the batch of (‖∂ Σ out / ∂x‖₂ − 1)² (WGAN-GP, as StarGAN's ``gradient_penalty``)."""
+    grad = torch.autograd.grad(out, x, torch.ones_like(out), create_graph=True, retain_graph=True)[0]
+    return (grad.flatten(1).norm(dim=1) - 1).square().mean()
+
+
+def eval_points(total_syncs: int, n: int) -> list[int]:
+    """About n synchronisation counts in [1, total_syncs], roughly geometric (the x axis of the WD curves is
+    logarithmic), always including 1 and total_syncs."""
+    check_int(total_syncs, "total_syncs", 1)
+    check_int(n, "n", 1)
+    pts = {1, total_syncs} | {int(round(v)) for v in torch.logspace(0, torch.log10(torch.tensor(float(total_syncs))),
+                                                                     n).tolist()}
+    return sorted(p for p in pts if 1 <= p <= total_syncs)
+
+
+@torch.inference_mode()
+def translate_gan(gen: StarGenerator, x: Tensor, source: int, target: int, chunk: int = 2000) -> Tensor:
+    """x (N, 784) of domain ``source`` translated by G to domain ``target``: (N, 784) pixels in [0, 1]."""
+    gen.eval()
+    out = []
+    for i in range(0, x.shape[0], chunk):
+        xb = to_gan(x[i:i + chunk])
+        c_org = one_hot(torch.full((xb.shape[0],), source, device=xb.device), gen.c_dim)
+        c_trg = one_hot(torch.full((xb.shape[0],), target, device=xb.device), gen.c_dim)
+        out.append(from_gan(gen(xb, c_org, c_trg)))
+    return torch.cat(out) if out else x.new_zeros(0, 784)
+
+
+def gan_wd(gen: StarGenerator, test_x: Sequence[Tensor], test_y: Sequence[Tensor], method: str = "emd",
+           reg: float = 0.02, chunk: int = 1000) -> float:
+    """The Fed INB metric for a generator: mean over ordered client pairs (s, t ≠ s) and classes c of
+    WD(real held-out class-c digits of t, class-c digits of s translated to t) (``docs/translation.md``
+    § Variants, Metric; the same pairs and solver as the INB curves)."""
+    dev = next(gen.parameters()).device
+    pairs = []
+    m = len(test_x)
+    classes = sorted(test_y[0].unique().tolist())
+    for s in range(m):
+        for t in range(m):
+            if s != t:
+                out = translate_gan(gen, test_x[s].to(dev), s, t).cpu()
+                pairs += [(test_x[t][test_y[t] == c], out[test_y[s] == c]) for c in classes]
+    return float(wasserstein_distances(pairs, method, reg, chunk=chunk).mean())
+
+
+def train_fedstargan(train_x: Sequence[Tensor], *, sync_every: int, iterations: int, batch_size: int = 16,
+                     conv_dim: int = 8, g_repeat: int = 1, d_repeat: int = 3, g_lr: float = 1e-4,
+                     d_lr: float = 1e-4, beta1: float = 0.5, beta2: float = 0.999, lambda_cls: float = 1.0,
+                     lambda_rec: float = 10.0, lambda_gp: float = 10.0, n_critic: int = 5, seed: int = 0,
+                     eval_syncs: Sequence[int] = (), evaluate: Callable[[StarGenerator], float] | None = None,
+                     device: str = "cpu", keep: dict | None = None) -> dict[str, Any]:
+    """Train FedStarGAN (module docstring) on the clients' images ``train_x`` (M tensors (n_m, 784) in [0, 1],
+    client m = domain m). ``iterations``: mini-batches per client; FedAvg every ``sync_every`` of them (the
+    paper's FedStarGAN-16 / -128) and after the last. ``evaluate(G)`` is called with the server's generator
+    after the synchronisations listed in ``eval_syncs`` (and the last) — e.g. :func:`gan_wd`. StarGAN's
+    defaults: batch 16, Adam lr 1e-4 with betas (0.5, 0.999), λ_cls = 1, λ_rec = 10, λ_gp = 10, n_critic = 5.
+    Seeds: the initial G and D from ``seed``, client m's batches, targets and interpolation weights from
+    (seed, m). Returns a JSON-serialisable record: ``curve`` (iteration, syncs, params, params_up, params_down
+    per client, value of ``evaluate``), ``n_params_g``, ``n_params_d``, ``syncs``, the communication by message,
+    mean losses and ``seconds`` (training only)."""
+    m_clients = len(train_x)
+    if m_clients < 2:
+        raise ValueError(f"train_x must hold at least 2 clients' images, got {m_clients}")
+    for i, x in enumerate(train_x):
+        if x.ndim != 2 or x.shape[1] != 784:
+            raise ValueError(f"train_x[{i}] must have shape (n, 784), got {tuple(x.shape)}")
+    sync_every = check_int(sync_every, "sync_every", 1)
+    iterations = check_int(iterations, "iterations", 1)
+    batch_size = check_int(batch_size, "batch_size", 1)
+    n_critic = check_int(n_critic, "n_critic", 1)
+    for name, v in (("g_lr", g_lr), ("d_lr", d_lr)):
+        check_number(v, name, 0.0, lo_open=True)
+    for name, v in (("lambda_cls", lambda_cls), ("lambda_rec", lambda_rec), ("lambda_gp", lambda_gp)):
+        check_number(v, name, 0.0)
+    dev = resolve_device(device)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(seed, _INIT))
+        server_g = StarGenerator(conv_dim, m_clients, g_repeat).to(dev)
+        server_d = StarDiscriminator(28, conv_dim, m_clients, d_repeat).to(dev)
+    n_g, n_d = len(_flat([server_g])), len(_flat([server_d]))
+    log = CommunicationLog(m_clients)
+    flat_g = log.down(0, "fedavg", "initial_generator", _flat([server_g]))
+    flat_d = log.down(0, "fedavg", "initial_discriminator", _flat([server_d]))
+    gens = [StarGenerator(conv_dim, m_clients, g_repeat).to(dev) for _ in range(m_clients)]
+    discs = [StarDiscriminator(28, conv_dim, m_clients, d_repeat).to(dev) for _ in range(m_clients)]
+    for g, d in zip(gens, discs):
+        _load([g], flat_g)
+        _load([d], flat_d)
+        g.train()
+        d.train()
+    g_opts = [torch.optim.Adam(g.parameters(), g_lr, betas=(beta1, beta2)) for g in gens]
+    d_opts = [torch.optim.Adam(d.parameters(), d_lr, betas=(beta1, beta2)) for d in discs]
+    data = [x.to(dev) for x in train_x]
+    streams = [_batches(x.shape[0], batch_size, generator(seed, _BATCHES, m)) for m, x in enumerate(data)]
+    t_gens = [generator(seed, _TARGETS, m) for m in range(m_clients)]
+    a_gens = [generator(seed, _ALPHA, m) for m in range(m_clients)]
+    wanted = {int(s) for s in eval_syncs}
+    curve, losses = [], dict(d=0.0, g_fake=0.0, g_rec=0.0, g_cls=0.0, d_cls=0.0)
+    syncs, g_steps = 0, 0
+    seconds = 0.0
+    t0 = time.perf_counter()
+    for it in range(1, iterations + 1):
+        for m in range(m_clients):
+            g, d = gens[m], discs[m]
+            x = to_gan(data[m][next(streams[m]).to(dev)])
+            n = x.shape[0]
+            org = torch.full((n,), m, device=dev, dtype=torch.long)
+            trg = draw_targets(m, m_clients, n, t_gens[m]).to(dev)
+            c_org, c_trg = one_hot(org, m_clients), one_hot(trg, m_clients)
+            # discriminator
+            out_src, out_cls = d(x)
+            d_real, d_cls = -out_src.mean(), F.cross_entropy(out_cls, org)
+            fake = g(x, c_org, c_trg)
+            d_fake = d(fake.detach())[0].mean()
+            alpha = torch.rand(n, 1, 1, 1, generator=a_gens[m]).to(dev)
+            x_hat = (alpha * x + (1 - alpha) * fake.detach()).requires_grad_(True)
+            gp = _gradient_penalty(d(x_hat)[0], x_hat)
+            d_loss = d_real + d_fake + lambda_cls * d_cls + lambda_gp * gp
+            d_opts[m].zero_grad(set_to_none=True)
+            d_loss.backward()
+            d_opts[m].step()
+            losses["d"] += d_loss.item()
+            losses["d_cls"] += d_cls.item()
+            # generator
+            if it % n_critic == 0:
+                fake = g(x, c_org, c_trg)
+                out_src, out_cls = d(fake)
+                g_fake, g_cls = -out_src.mean(), F.cross_entropy(out_cls, trg)
+                g_rec = (x - g(fake, c_trg, c_org)).abs().mean()
+                g_loss = g_fake + lambda_rec * g_rec + lambda_cls * g_cls
+                g_opts[m].zero_grad(set_to_none=True)
+                g_loss.backward()
+                g_opts[m].step()
+                losses["g_fake"] += g_fake.item()
+                losses["g_rec"] += g_rec.item()
+                losses["g_cls"] += g_cls.item()
+                g_steps += m == 0
+        if it % sync_every == 0 or it == iterations:
+            syncs += 1
+            up_g = log.up(syncs, "fedavg", "client_generator", torch.stack([_flat([g]) for g in gens]), 0)
+            up_d = log.up(syncs, "fedavg", "client_discriminator", torch.stack([_flat([d]) for d in discs]), 0)
+            flat_g = log.down(syncs, "fedavg", "average_generator", up_g.mean(0))
+            flat_d = log.down(syncs, "fedavg", "average_discriminator", up_d.mean(0))
+            for g in gens + [server_g]:
+                _load([g], flat_g)
+            for d in discs + [server_d]:
+                _load([d], flat_d)
+            if evaluate is not None and (syncs in wanted or it == iterations):
+                seconds += time.perf_counter() - t0
+                value = evaluate(server_g)
+                for g in gens:
+                    g.train()
+                curve.append(dict(iteration=it, syncs=syncs, params=int(log.total()), params_up=int(log.total("up")),
+                                  params_down=int(log.total("down")), value=float(value)))
+                t0 = time.perf_counter()
+    seconds += time.perf_counter() - t0
+    if keep is not None:
+        keep["generator"], keep["discriminator"] = server_g, server_d
+    steps_d, steps_g = iterations * m_clients, max(g_steps, 1) * m_clients
+    table = log.table()
+    return dict(sync_every=sync_every, iterations=iterations, syncs=syncs, n_params_g=n_g, n_params_d=n_d,
+                curve=curve, params_total=int(log.total()), params_up=int(log.total("up")),
+                params_down=int(log.total("down")),
+                comm_by_tag=[dict(tag=t, direction=dr, params=int(v)) for (t, dr), v in
+                             table.groupby(["tag", "direction"]).params_per_client.sum().items()],
+                losses={k: v / (steps_d if k.startswith("d") else steps_g) for k, v in losses.items()},
+                seconds=seconds)

@@ -1,0 +1,159 @@
+"""FedStarGAN (fda_core.experiments.translation.stargan), the compact StarGAN networks, the Fréchet distance and
+the InceptionV3 loader of FID."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import linalg
+
+from fda_core.core.frechet import feature_statistics, frechet_distance, frechet_distance_of_features
+from fda_core.data.inception import inception_features, load_inception
+from fda_core.data.rotated_domains import rotated_mnist
+from fda_core.data.stargan_models import StarDiscriminator, StarGenerator, from_gan, one_hot, to_gan
+from fda_core.experiments.translation import stargan as sg
+from fda_core.experiments.translation import stargan_study as sgs
+from fda_core.experiments.translation.experiments import identity_wd
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _n(net):
+    return sum(p.numel() for p in net.parameters())
+
+
+def test_compact_stargan_shapes_and_parameter_count():
+    g, d = StarGenerator(conv_dim=2, c_dim=5, repeat_num=0), StarDiscriminator(28, conv_dim=2, c_dim=5, repeat_num=3)
+    # G: 7x7 conv (1 + 2*5 -> 2), two 4x4 down (2->4->8), two 4x4 transposed up (8->4->2), 7x7 conv (2->1); IN affine
+    assert _n(g) == 11 * 2 * 49 + 2 * 4 * 16 + 4 * 8 * 16 + 8 * 4 * 16 + 4 * 2 * 16 + 2 * 49 + 2 * (2 + 4 + 8 + 4 + 2)
+    # D: 4x4 stride-2 convs 1->2->4->8 with biases, out_src 3x3 (8->1), out_cls 3x3 over the 3x3 map (8->5)
+    assert _n(d) == (16 * 2 + 2) + (2 * 4 * 16 + 4) + (4 * 8 * 16 + 8) + 8 * 9 + 8 * 5 * 9
+    x = to_gan(torch.rand(6, 784))
+    c = one_hot(torch.tensor([0, 1, 2, 3, 4, 0]), 5)
+    out = g(x, c, c.roll(1, 0))
+    assert out.shape == (6, 1, 28, 28) and out.abs().max() <= 1
+    src, cls = d(x)
+    assert src.shape == (6, 1, 3, 3) and cls.shape == (6, 5)
+    assert not any(b.is_floating_point() for b in g.buffers())  # no statistics to average
+    assert torch.allclose(from_gan(to_gan(torch.full((2, 784), 0.25))), torch.full((2, 784), 0.25))
+    with pytest.raises(ValueError, match="repeat_num"):
+        StarDiscriminator(28, 2, 5, repeat_num=6)
+
+
+def _domains():
+    return rotated_mnist([0, 30, 60], 6, 4, "", 0)
+
+
+@pytest.mark.parametrize("sync_every,iterations", [(2, 5), (4, 4), (10, 3)])
+def test_communication_is_the_model_size_times_the_exchanges(sync_every, iterations):
+    dom = _domains()
+    rec = sg.train_fedstargan(dom.train_x, sync_every=sync_every, iterations=iterations, batch_size=4, conv_dim=2,
+                              g_repeat=0, n_critic=2, seed=0)
+    p_g = _n(StarGenerator(2, 3, 0))
+    p_d = _n(StarDiscriminator(28, 2, 3, 3))
+    syncs = math.ceil(iterations / sync_every)
+    assert (rec["n_params_g"], rec["n_params_d"], rec["syncs"]) == (p_g, p_d, syncs)
+    # the initial G and D down once, then per synchronisation each client's G and D up and the averages down
+    assert rec["params_total"] == (p_g + p_d) * (1 + 2 * syncs)
+    assert rec["params_up"] == (p_g + p_d) * syncs
+    by_tag = {(r["tag"], r["direction"]): r["params"] for r in rec["comm_by_tag"]}
+    assert by_tag[("client_generator", "up")] == syncs * p_g and by_tag[("initial_discriminator", "down")] == p_d
+
+
+def test_fedstargan_is_seeded_and_evaluates_the_server_generator_at_the_asked_synchronisations():
+    dom = _domains()
+    seen = []
+
+    def evaluate(gen):
+        seen.append(sum(float(p.sum()) for p in gen.parameters()))
+        return float(len(seen))
+
+    kw = dict(sync_every=2, iterations=6, batch_size=4, conv_dim=2, g_repeat=0, n_critic=2, eval_syncs=[1, 3])
+    a = sg.train_fedstargan(dom.train_x, seed=1, evaluate=evaluate, **kw)
+    assert [c["syncs"] for c in a["curve"]] == [1, 3] and [c["iteration"] for c in a["curve"]] == [2, 6]
+    assert [c["params"] for c in a["curve"]] == [(a["n_params_g"] + a["n_params_d"]) * (1 + 2 * s) for s in (1, 3)]
+    b = sg.train_fedstargan(dom.train_x, seed=1, evaluate=evaluate, **kw)
+    assert a["losses"] == b["losses"] and seen[:2] == seen[2:]
+    c = sg.train_fedstargan(dom.train_x, seed=2, **kw)
+    assert c["losses"] != a["losses"]
+    with pytest.raises(ValueError, match="sync_every"):
+        sg.train_fedstargan(dom.train_x, sync_every=0, iterations=2)
+    with pytest.raises(ValueError, match="train_x"):
+        sg.train_fedstargan(dom.train_x[:1], sync_every=1, iterations=2)
+
+
+def test_eval_points_cover_the_first_and_last_synchronisation():
+    assert sg.eval_points(1, 3) == [1]
+    pts = sg.eval_points(80, 4)
+    assert pts[0] == 1 and pts[-1] == 80 and pts == sorted(set(pts)) and len(pts) <= 4
+
+
+def test_gan_wd_is_the_inb_metric():
+    """A generator that returns its input is the identity translator: its WD is the INB runs' identity baseline."""
+    dom = _domains()
+
+    class Identity(StarGenerator):
+        def forward(self, x, c_org, c_trg):
+            return x
+
+    wd = sg.gan_wd(Identity(2, 3, 0), dom.test_x, dom.test_y)
+    assert wd == pytest.approx(float(identity_wd(dom).wd.mean()), rel=1e-6)
+
+
+# -- FID ---------------------------------------------------------------------------------------------------
+def test_frechet_distance_closed_forms():
+    rng = np.random.default_rng(0)
+    mu1, mu2 = rng.normal(size=4), rng.normal(size=4)
+    s1, s2 = rng.uniform(0.5, 2, 4), rng.uniform(0.5, 2, 4)
+    # diagonal covariances: ||mu1 - mu2||^2 + sum (s1 - s2)^2 (standard deviations s)
+    d = frechet_distance(torch.tensor(mu1), torch.diag(torch.tensor(s1 ** 2)), torch.tensor(mu2),
+                         torch.diag(torch.tensor(s2 ** 2)))
+    assert d == pytest.approx(((mu1 - mu2) ** 2).sum() + ((s1 - s2) ** 2).sum(), rel=1e-10)
+    # general covariances: the textbook form with scipy's sqrtm of the product
+    a, b = rng.normal(size=(5, 5)), rng.normal(size=(5, 5))
+    c1, c2 = a @ a.T + 0.1 * np.eye(5), b @ b.T + 0.1 * np.eye(5)
+    ref = np.trace(c1 + c2 - 2 * linalg.sqrtm(c1 @ c2).real)
+    assert frechet_distance(torch.zeros(5), torch.tensor(c1), torch.zeros(5), torch.tensor(c2)) == pytest.approx(ref, rel=1e-8)
+    f = torch.tensor(rng.normal(size=(50, 3)))
+    assert frechet_distance_of_features(f, f) == pytest.approx(0.0, abs=1e-9)
+    mu, cov = feature_statistics(f)
+    assert torch.allclose(cov, torch.tensor(np.cov(f.numpy().T)))
+    with pytest.raises(ValueError, match="features"):
+        feature_statistics(f[:1])
+
+
+def test_fid_needs_a_local_inception_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="cannot be downloaded"):
+        load_inception("")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_inception(tmp_path / "inception-2015-12-05.pt")
+    with pytest.raises(FileNotFoundError, match="InceptionV3"):
+        sgs.resolve_stargan(metric="fid", inception_weights=str(tmp_path / "missing.pt"))
+    with pytest.raises(ValueError, match="metric"):
+        sgs.resolve_stargan(metric="is")
+    bad = tmp_path / "not_torchscript.pt"
+    torch.save({"w": torch.zeros(2)}, bad)
+    with pytest.raises(ValueError, match="TorchScript"):
+        load_inception(bad)
+
+
+def test_fid_with_a_torchscript_feature_extractor(tmp_path):
+    """A stand-in TorchScript extractor (mean intensity per channel and a few pooled values) goes through the same
+    path as InceptionV3: loaded from a file, fed 299x299 three-channel images in [0, 255]."""
+
+    class Pool(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            assert x.shape[1:] == (3, 299, 299)
+            return torch.nn.functional.adaptive_avg_pool2d(x, 2).flatten(1)
+
+    path = tmp_path / "pool.pt"
+    torch.jit.save(torch.jit.script(Pool()), str(path))
+    extract = load_inception(path)
+    digits = torch.rand(7, 784)
+    feats = inception_features(extract, digits)
+    assert feats.shape == (7, 12) and feats.max() <= 255
+    dom = _domains()
+    same = sgs.fid_of_translations(lambda x, y, s, t: dom.test_x[t][:x.shape[0]], dom.test_x, dom.test_y, extract, n=8)
+    other = sgs.fid_of_translations(lambda x, y, s, t: 1 - x, dom.test_x, dom.test_y, extract, n=8)
+    assert other > same >= -1e-9
