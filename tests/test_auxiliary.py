@@ -446,3 +446,69 @@ def test_resnet18_with_auxiliary_branches_from_a_local_weights_file(tmp_path):
             get_method("auxinfo"), ds)
     with pytest.raises(ValueError, match="needs weights"):
         Run(make_config(**{**cfg, "rule": "auxinfo", "model_options": {"hidden": 128}}), get_method("auxinfo"), ds)
+
+
+# ------------------------------------------------------------------------------------- the study helpers
+def test_ci95_and_paired_gains_by_hand():
+    import pandas as pd
+
+    from fda_core.experiments.auxiliary_study import ci95, format_ci, paired_gains, summary_table
+
+    # values 1, 2, 3: mean 2, s = 1, t_{0.975, 2} = 4.302652729911275 → half-width 4.3027 / √3
+    mean, half = ci95([1.0, 2.0, 3.0])
+    assert mean == 2.0 and half == pytest.approx(4.302652729911275 / math.sqrt(3))
+    assert ci95([5.0])[0] == 5.0 and math.isnan(ci95([5.0])[1])
+    assert format_ci(2.0, half) == "2.00 ± 2.48" and format_ci(float("nan"), 1.0) == "—"
+    t = pd.DataFrame({"row": ["A"] * 3 + ["B"] * 3, "seed": [0, 1, 2] * 2,
+                      "acc": [50.0, 60.0, 70.0, 52.0, 63.0, 71.0], "auc": [1.0, 2.0, 3.0, 1.0, 2.0, 3.0]})
+    g = paired_gains(t, "A")
+    # paired differences 2, 3, 1: mean 2, s = 1 (the unpaired spread of 10 points cancels)
+    assert list(g["row"]) == ["B"] and g["acc"].iloc[0] == pytest.approx(2.0)
+    assert g["acc_ci"].iloc[0] == pytest.approx(half) and g["auc"].iloc[0] == 0.0
+    s = summary_table(t)
+    assert list(s["row"]) == ["A", "B"] and s["acc"].tolist() == [60.0, 62.0] and (s["trials"] == 3).all()
+
+
+def test_theory_prediction_is_the_phase_diagram_at_the_measured_ratio():
+    from fda_core.experiments.auxiliary_study import theory_prediction
+
+    # d²/σ² = 0.1 < 1/3: source only; 2 with τ̄² = 0.5: FedGP (0.6 < r < 5.4); 10 with τ̄² = 0.5: target only
+    small = theory_prediction(2.0, 0.2, 0.1, m=10)
+    assert small["best"] == "source_only" and small["ratio"] == pytest.approx(0.1)
+    assert small["delta2/sigma2 fedda"] == pytest.approx(0.25 + 0.25 * 0.1)
+    mid = theory_prediction(1.0, 2.0, 1.0, m=10)
+    assert mid["best"] == "fedgp" and mid["tau2"] == pytest.approx(0.5)
+    assert mid["delta2/sigma2 fedgp"] == pytest.approx(0.25 + 0.75 / 10 + 0.25 * 0.5 * 2.0)
+    assert theory_prediction(1.0, 10.0, 5.0, m=10)["best"] == "target_only"
+    neg = theory_prediction(1.0, -0.3, -0.2, m=10)  # negative unbiased estimates are clamped at 0
+    assert neg["ratio"] == 0.0 and neg["best"] == "source_only"
+
+
+def test_measure_shift_is_the_unbiased_estimators_on_the_run_gradients():
+    """Round by round along the FedAvg path: the path means of the per-round estimates, and round 1 equals a hand
+    run of part_gradients / full gradients / estimate_deltas at the same global model."""
+    from fda_core.common.seeding import derive_seed
+    from fda_core.core.estimators import estimate_deltas, part_gradients
+    from fda_core.experiments.auxiliary_study import full_gradient, measure_shift
+
+    cfg = {**BASE, "rounds": 2}
+    got = measure_shift(cfg, n_parts=4, dataset=TinyAux())
+    assert len(got["per_round"]) == 2 and got["n_parts"] == 4 and len(got["d2_sources"]) == 2
+    assert got["sigma2"] == pytest.approx(np.mean([r["sigma2"] for r in got["per_round"]]))
+    run = Run(make_config(**{**cfg, "rule": "source_only"}), get_method("source_only"), TinyAux())
+    run.round(1)
+    fm = run.model
+    fm.flat.copy_(run.theta)
+    x, y = run.sources[0]["x"], run.sources[0]["y"]
+    g = full_gradient(fm, x, y)
+    by_autograd = torch.autograd.grad(F.cross_entropy(fm.module(x), y), list(fm.module.parameters()),
+                                      materialize_grads=True)
+    assert torch.allclose(g, torch.cat([t.reshape(-1) for t in by_autograd]), atol=1e-6)
+    parts = part_gradients(fm.module, F.cross_entropy, run.target["x_lab"], run.target["y_lab"], 4,
+                           seed=derive_seed(run.config["seed"], 7, 1))
+    src = torch.stack([full_gradient(fm, s["x"], s["y"]) for s in run.sources])
+    est = estimate_deltas(parts, (run.weights[:, None] * src).sum(0))
+    first = got["per_round"][0]
+    assert first["sigma2"] == pytest.approx(float(est["sigma2"]), rel=1e-5)
+    assert first["d2"] == pytest.approx(float(est["d2"]), rel=1e-5, abs=1e-7)
+    assert first["tau2d2"] == pytest.approx(float(est["tau2d2"]), rel=1e-5, abs=1e-7)

@@ -246,7 +246,8 @@ def full_gradient(fm: Any, x: Tensor, y: Tensor, chunk: int = 2048) -> Tensor:
     return fm.grad.detach().clone()
 
 
-def measure_shift(config: Mapping[str, Any], *, n_parts: int = 5, path: Any = "source_only") -> dict[str, Any]:
+def measure_shift(config: Mapping[str, Any], *, n_parts: int = 5, path: Any = "source_only",
+                  dataset: Any = None) -> dict[str, Any]:
     """Unbiased estimates of σ², d² and τ²d² (``docs/theory.md`` § Unbiased estimators) on one run's data,
     averaged over the parameter points of a training path (θ ∼ π; ``docs/auxiliary.md`` § Theory tie-in).
 
@@ -254,10 +255,11 @@ def measure_shift(config: Mapping[str, Any], *, n_parts: int = 5, path: Any = "s
     at the global model: the main-task gradients on ``n_parts`` equal parts of the target's labelled samples
     (:func:`fda_core.core.estimators.part_gradients`) and the full gradient of every source; d² and τ²d² are
     measured to the mixture Σ_i w_i g_i of the sources (FedAvg's sample weights) and to each source.
+    ``dataset``: a built dataset to use instead of ``config["dataset"]`` (as ``run_experiment(_dataset=...)``).
     Returns sigma2, d2, tau2d2 (path means, unclamped), d2_sources (N,), m, n_parts, and per_round records.
     """
     c = make_config(**{**config, "rule": path, "method_options": {}})
-    run = Run(c, get_method(c["rule"], **c["method_options"]))
+    run = Run(c, get_method(c["rule"], **c["method_options"]), dataset)
     fm, x_t, y_t = run.model, run.target["x_lab"], run.target["y_lab"]
     records = []
     for r in range(1, c["rounds"] + 1):
