@@ -404,7 +404,9 @@ def run_experiment(*, _dataset: Any = None, progress: bool = False, **config: An
     Returns a JSON-serialisable dict: ``final_target_acc`` (0–1, after the last round),
     ``last5_target_acc`` (mean over the last 5 evaluated rounds, as the auto-weighted paper reports),
     ``history`` (one entry per evaluated round: round, phase ('warmup'/'fedavg'/'fda'/'oracle'/'finetune'),
-    target_acc, beta (β per source used that round, None for rules without β), lr_source, lr_target),
+    target_acc, beta (β per source used that round, None for rules without β), lr_source, lr_target; and
+    target_auc when the dataset's ``metrics`` list ``"auc"``, with ``final_target_auc`` and ``last5_target_auc``
+    beside the accuracies),
     ``method`` (display label), ``sources`` (env names, sizes), ``target`` (env name),
     ``n_target_labeled``, ``n_target_test``, ``n_parameters``, ``seconds``, ``device`` and ``config`` (the
     resolved config).
