@@ -266,3 +266,47 @@ def test_dg_data_rotates_the_translators_training_digits():
         dirt.dg_data(n_train_per_class=20, n_test_per_class=5, n_dg_per_class=21)
     with pytest.raises(ValueError, match="test_angles"):
         dirt.dg_data(test_angles=(60,), n_train_per_class=20, n_test_per_class=5, n_dg_per_class=4)
+
+
+def test_notebook_06_keeps_its_drawn_translator_and_the_next_study_reuses_it(tmp_path):
+    """TranslationStudy.run writes the fitted translator of a run whose digits are drawn beside its store record;
+    a later study (notebook 08) loads it instead of refitting, and it is the translator a fresh fit gives."""
+    from fda_core.common.store import ResultStore
+    from fda_core.experiments.translation import study as st
+    from fda_core.experiments.translation.experiments import build_translator
+
+    plan = st.resolve_plan(quick=True, variants=["INB"], J_values=[10], V_values=[20], eval_depths=[0, 2],
+                           compare_options=False)
+    first = st.TranslationStudy(plan, ResultStore(tmp_path), threads=1)
+    rec = first.run("INB")
+    assert rec["config"]["grid"] and first.translator_path(rec["config"]).exists()
+    again = st.TranslationStudy(plan, ResultStore(tmp_path), threads=1)
+    model, reused = again.translator("INB")
+    assert reused and model.name == rec["name"] == "INB-L2-K5-J10"
+    assert model.communication.total() == rec["params_total"]  # the stored record's count
+    fresh = build_translator(rec["config"]).fit(again.domains.train_x, again.domains.train_y)
+    x, y = again.domains.test_x[0][:30], again.domains.test_y[0][:30]
+    assert torch.equal(model.translate(x, 0, 4, y), fresh.translate(x, 0, 4, y))
+    # a configuration nobody drew is fitted on request and kept for the next caller
+    other, reused = again.translator("INB", max_iter=3)
+    assert not reused and again.translator_path(again.config("INB", max_iter=3)).exists()
+    assert again.translator("INB", max_iter=3)[1]
+    assert again.translator("INB", max_iter=4, fit_missing=False) == (None, False)
+
+
+def test_dg_plan_checks_its_parameters():
+    from fda_core.experiments.translation import dg_study as dg
+
+    plan = dg.resolve_plan()
+    assert plan["iterations"] == {1: 160, 10: 200, 100: 240}  # 8 % of the paper's 2,000 / 2,500 / 3,000
+    assert (plan["lam"], plan["lr"], plan["batch_size"]) == (2.0, 1e-3, 64)  # paper App. E.2, MNIST
+    paper = dg.resolve_plan(paper_scale=True)
+    assert paper["iterations"] == {1: 2000, 10: 2500, 100: 3000} and paper["width"] == 1.0 and paper["runs"] == 4
+    assert dg.resolve_plan(lam=10)["lam"] == 10.0
+    for kw, name in [(dict(quick=True, paper_scale=True), "quick and paper_scale"), (dict(dataset="svhn"), "dataset"),
+                     (dict(dataset="fashion"), "data_root"), (dict(periods=[0]), "periods"),
+                     (dict(iterations_scale=0), "iterations_scale"), (dict(width=5), "width"),
+                     (dict(methods=["fedprox"]), "method"), (dict(lam=-1), "lam"),
+                     (dict(n_dg_per_class=500), "n_dg_per_class")]:
+        with pytest.raises(ValueError, match=name):
+            dg.resolve_plan(**kw)

@@ -224,6 +224,15 @@ def test_06_numbers(out_root):
     # Sinkhorn and exact EMD agree within a few per cent, Sinkhorn above
     cc = _read(figures / "wd_cross_check.csv")
     assert ((cc.relative_difference > 0) & (cc.relative_difference < 0.05)).all()
+    # FedStarGAN beside the INB runs: its parameters are the model size times the exchanges (initial models, then
+    # up and down per synchronisation), drawn on the INB axes
+    sgt = _read(figures / "fedstargan_summary.csv")
+    gan, inb_runs = sgt[sgt.kind == "FedStarGAN"], sgt[sgt.kind == "Fed INB"]
+    assert len(gan) == 1 and len(inb_runs) == 2
+    assert (gan.params_per_client == gan.model_params * (1 + 2 * gan.steps)).all()
+    assert np.isfinite(sgt.metric_final).all() and (sgt.metric_final > 0).all()
+    drawn = _read(figures / "fedstargan.csv")
+    assert set(drawn.kind) == {"FedStarGAN", "Fed INB"} and (drawn.params >= 0).all()
 
 
 def test_07_numbers(out_root):

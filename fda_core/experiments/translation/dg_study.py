@@ -68,9 +68,9 @@ def resolve_plan(*, quick: bool = False, paper_scale: bool = False, seed: int = 
                  variant: str = "IndAEINB", ae_epochs: int = 8, ae_shared_epochs: int = 2, option: str = "reference",
                  methods: Sequence[Any] = ("fedavg", "feddirt", "feddirt_shared"),
                  periods: Sequence[int] = (1, 10, 100), shared_periods: Sequence[int] | None = (10,),
-                 iterations_scale: float = 0.1, runs: int = 2,
+                 iterations_scale: float = 0.08, runs: int = 2,
                  width: float = 0.25, lam: float | None = None, lr: float | None = None,
-                 batch_size: int | None = None, eval_every: int = 25, refit_translator: bool = False) -> dict[str, Any]:
+                 batch_size: int | None = None, eval_every: int = 40, refit_translator: bool = False) -> dict[str, Any]:
     """Notebook 08's parameters resolved into one plan. ``quick`` replaces the sizes by :data:`QUICK`;
     ``paper_scale`` sets :data:`PAPER_SCALE` (DIRT's full network, 4 runs, the paper's iterations). Iterations
     per period: the paper's (2,000 / 2,500 / 3,000 for periods 1 / 10 / 100) × ``iterations_scale``. λ, lr and

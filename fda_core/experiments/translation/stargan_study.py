@@ -42,7 +42,7 @@ def stargan_revision() -> str:
 
 def resolve_stargan(*, quick: bool = False, run: bool = True, sync_steps: Sequence[int] = (16,),
                     iterations: int = 64, conv_dim: int = 8, g_repeat: int = 1, batch_size: int = 16,
-                    eval_points: int = 3, metric: str = "wd", inception_weights: str = "",
+                    eval_points: int = 2, metric: str = "wd", inception_weights: str = "",
                     n_fid: int = 500) -> dict[str, Any]:
     """Notebook 06's FedStarGAN parameters as a plan (``quick``: :data:`QUICK` sizes). ``run``: whether the section
     runs at all; ``sync_steps``: FedAvg every k mini-batches, one run per k (paper: 16 and 128); ``iterations``:
