@@ -192,6 +192,8 @@ def _prepare(c: dict[str, Any], dataset: Any = None):
         "x_train": xt[torch.cat([lab, unlab])].to(device), "y_train": yt[torch.cat([lab, unlab])].to(device),
         "x_test": xt[test].to(device), "y_test": yt[test].to(device),
     }
+    # the unlabelled part of the train split (a view: the labels stay unread), for methods that adapt on it
+    target["x_unlab"] = target["x_train"][lab.numel():]
     sources = []
     g = generator(c["seed"], _STREAM_SOURCE_SUBSET)
     for i in range(len(ds)):
@@ -223,6 +225,13 @@ class Run:
     ``theta`` (m,) the global parameters, ``buffers`` the global BatchNorm statistics, ``history`` (one
     entry per evaluation), ``target`` (the target's tensors: x_lab/y_lab, x_train/y_train, x_test/y_test),
     ``sources`` (name, x, y per source client), ``weights`` (N,) sample weights n_i / Σ n_i.
+    ``target["x_unlab"]`` is the train split without its labelled samples (the unlabelled data of the
+    unsupervised FDA methods; ``docs/baselines.md`` § Engine hooks).
+
+    Generic tools for methods (``docs/baselines.md`` § Engine hooks): :meth:`train_local` trains any client
+    from any starting model without touching the global one; :meth:`score` scores a module on the target's
+    test split; a method's ``setup(run)`` runs once here, and its ``target_scores(run)`` replaces the global
+    model's scores at every evaluation (a personal model).
     """
 
     def __init__(self, config: dict[str, Any], method: Method, dataset: Any = None) -> None:
@@ -264,19 +273,61 @@ class Run:
                 s["y_aux"] = torch.cat([s["y"].unsqueeze(1).to(s["aux"].dtype), s["aux"]], 1)
         custom = type(method).local_loss is not Method.local_loss
         self._loss = (lambda client: (lambda module, x, y: method.local_loss(module, x, y, client))) if custom else None
+        method.setup(self)
 
     # -- what clients do -------------------------------------------------------------------------
-    def _train(self, x: Tensor, y: Tensor, *, epochs: int, batch_size: int, lr: float, key: tuple[int, int, int],
-               who: str, client: ClientInfo, parts: Tensor | None = None, reset_optimizer: bool = True) -> int:
-        """Train from the global model; ``key`` = (round, role, index) names the client's mini-batch stream."""
+    def _train(self, x: Tensor, y: Tensor, *, epochs: int, batch_size: int, lr: float, key: tuple[int, ...],
+               who: str, client: ClientInfo, parts: Tensor | None = None, reset_optimizer: bool = True,
+               start: Tensor | None = None, start_buffers: Mapping[str, Tensor] | None = None,
+               loss_fn: Callable[..., Tensor] | None = None, after_step: Callable[[], None] | None = None) -> int:
+        """Train from the global model (or from ``start`` / ``start_buffers``); ``key`` = (round, role,
+        index) names the client's mini-batch stream."""
         fm = self.model
-        fm.flat.copy_(self.theta)
-        fm.load_buffers(self.buffers)
+        fm.flat.copy_(self.theta if start is None else start)
+        fm.load_buffers(self.buffers if start_buffers is None else start_buffers)
         if reset_optimizer:
             self.optimizer.reset()
+        if loss_fn is None and self._loss:
+            loss_fn = self._loss(client)
         return local_train(fm, self.optimizer, x, y, epochs=epochs, batch_size=batch_size, lr=lr,
                            gen=generator(self.config["seed"], _STREAM_CLIENT, *key), parts=parts, who=who,
-                           loss_fn=self._loss(client) if self._loss else None)
+                           loss_fn=loss_fn, after_step=after_step)
+
+    #: roles of :meth:`train_local`'s mini-batch streams: a source, the target on its labelled samples (the
+    #: same stream as the engine's target client of that round), the target on its train split
+    ROLE_SOURCE, ROLE_TARGET, ROLE_TARGET_TRAIN = _SOURCE, _TARGET, _TARGET_TRAIN
+
+    def train_local(self, x: Tensor, y: Tensor, *, start: Tensor, start_buffers: Mapping[str, Tensor] | None = None,
+                    epochs: int, lr: float, batch_size: int, key: tuple[int, ...], client: ClientInfo,
+                    who: str = "client", loss_fn: Callable[..., Tensor] | None = None,
+                    after_step: Callable[[], None] | None = None) -> tuple[Tensor, dict[str, Tensor], int]:
+        """Train a client on (x, y) from the parameters ``start`` (m,) and BatchNorm statistics ``start_buffers``
+        (None: the global ones) with a fresh optimiser, without touching the global model: returns (its
+        parameters (m,) — a new tensor —, its BatchNorm statistics, its optimiser steps). ``key`` = (round,
+        role, index, ...) names the mini-batch stream (:data:`ROLE_SOURCE`, :data:`ROLE_TARGET`, ... for the
+        role; a method's own streams use roles >= 10); ``loss_fn(module, x, y)`` defaults to the method's
+        :meth:`~fda_core.experiments.methods.Method.local_loss` for ``client``; ``after_step()`` runs after
+        every optimiser step (:func:`fda_core.experiments.flat.local_train`)."""
+        steps = self._train(x, y, epochs=epochs, batch_size=batch_size, lr=lr, key=key, who=who, client=client,
+                            start=start, start_buffers=start_buffers, loss_fn=loss_fn, after_step=after_step)
+        return self.model.flat.detach().clone(), self.model.buffers(), steps
+
+    def score(self, module: Any = None, *, params: Tensor | None = None,
+              buffers: Mapping[str, Tensor] | None = None) -> dict[str, float]:
+        """``{"target_acc": …}`` (and ``target_auc`` where the dataset lists it) on the target's test split of
+        ``module`` (logits (n, C)), or of the shared model with ``params`` (m,) and ``buffers`` (None: the
+        global model's θ and BatchNorm statistics)."""
+        if module is None:
+            fm = self.model
+            fm.flat.copy_(self.theta if params is None else params)
+            fm.load_buffers(self.buffers if buffers is None else buffers)
+            if self.metrics == ("acc",):
+                return {"target_acc": accuracy(fm, self.target["x_test"], self.target["y_test"])}
+            module = fm.module
+        from .metrics import evaluate_metrics
+
+        with torch.no_grad():
+            return evaluate_metrics(module, self.target["x_test"], self.target["y_test"], self.metrics)
 
     def train_target(self, *, epochs: int, lr: float, step: int, reset_optimizer: bool = True,
                      who: str = "target client") -> int:
@@ -297,15 +348,8 @@ class Run:
         c = self.config
         if r % c["eval_every"] and r != c["rounds"] and phase != "finetune":
             return
-        fm = self.model
-        fm.flat.copy_(self.theta)
-        fm.load_buffers(self.buffers)
-        if self.metrics == ("acc",):
-            scores = {"target_acc": accuracy(fm, self.target["x_test"], self.target["y_test"])}
-        else:
-            from .metrics import evaluate_metrics
-
-            scores = evaluate_metrics(fm.module, self.target["x_test"], self.target["y_test"], self.metrics)
+        scores = self.method.target_scores(self)
+        scores = self.score() if scores is None else dict(scores)
         self.history.append({"round": r, "phase": phase, **scores,
                              "beta": beta, "lr_source": lr_source, "lr_target": lr_target})
 

@@ -119,11 +119,14 @@ def cross_entropy(module: nn.Module, x: Tensor, y: Tensor) -> Tensor:
 
 def local_train(fm: FlatModel, opt: FlatAdam, x: Tensor, y: Tensor, *, epochs: int, batch_size: int, lr: float,
                 gen: torch.Generator, parts: Tensor | None = None, who: str = "client",
-                loss_fn: Callable[[nn.Module, Tensor, Tensor], Tensor] | None = None) -> int:
+                loss_fn: Callable[[nn.Module, Tensor, Tensor], Tensor] | None = None,
+                after_step: Callable[[], None] | None = None) -> int:
     """Train ``fm`` in place on (x, y) for ``epochs`` epochs of shuffled mini-batches.
 
     ``loss_fn(module, x_batch, y_batch)`` is the local objective (default :func:`cross_entropy`, the mean
     cross-entropy of the module's logits); a method changes it to change what clients optimise.
+    ``after_step()``, when given, runs after every optimiser step (e.g. a proximal step, or restoring
+    frozen coordinates); it may change ``fm.flat`` in place (recorded ``parts`` include its change).
 
     ``parts`` (steps, m), when given, receives the per-batch update w_after − w_before of every step
     (the target's parts for auto-β). Returns the number of steps. Raises FloatingPointError when a loss
@@ -145,6 +148,8 @@ def local_train(fm: FlatModel, opt: FlatAdam, x: Tensor, y: Tensor, *, epochs: i
             if parts is not None:
                 parts[steps].copy_(fm.flat)
             opt.step(fm.flat, fm.grad, lr)
+            if after_step is not None:
+                after_step()
             if parts is not None:
                 parts[steps].sub_(fm.flat).neg_()  # w_after − w_before
             steps += 1

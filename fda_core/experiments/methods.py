@@ -347,6 +347,18 @@ class Method:
         FedAvg, h ← h + Σ_i w_i g_i, and the sample-weighted average of the sources' BatchNorm statistics."""
         return _fedavg(res, theta)
 
+    # -- state kept across rounds, and the model reported on the target ------------------------------
+    def setup(self, run: Any) -> None:
+        """Optional step once the engine's :class:`fda_core.experiments.federated.Run` is built, before the
+        first round: allocate per-client state kept across rounds (e.g. a personal target model, one head per
+        client) from ``run.theta`` / ``run.buffers`` / ``run.model``."""
+
+    def target_scores(self, run: Any) -> Mapping[str, float] | None:
+        """The scores recorded at an evaluation (``{"target_acc": …}``, plus ``target_auc`` where the dataset
+        lists it, and any extra numbers), or None for the global model's (the default). A personalised method
+        returns ``run.score(module)`` of its personal model (``docs/baselines.md`` § Engine hooks)."""
+        return None
+
     # -- after the server step of a round ------------------------------------------------------------
     def after_round(self, rnd: RoundInfo, run: Any) -> None:
         """Optional step after the server's update of round ``rnd`` and before its evaluation; ``run`` is the
@@ -689,8 +701,11 @@ for _cls in (FedAvg, TargetOnly, FedDA, FedGP, FedDAAuto, FedGPAuto, FinetuneOff
 
 def _load_extensions() -> None:
     """Register the methods defined in their own modules (imported here, so that they are part of the code
-    revision of every run): the weakly-supervised FDA paper's FedAvg Finetune and AuxInfo."""
+    revision of every run): the weakly-supervised FDA paper's FedAvg Finetune and AuxInfo; the personalisation
+    baselines (Ditto, FedRep, APFL, KNN-per) and the unsupervised FDA baselines (FADA, KD3A), docs/baselines.md."""
     from . import auxiliary  # noqa: F401  (registers its methods on import)
+    from . import personalisation  # noqa: F401  (Ditto, FedRep, APFL, KNN-per)
+    from . import fda_baselines  # noqa: F401  (FADA, KD3A)
 
 
 def list_methods() -> list[str]:

@@ -1,0 +1,244 @@
+"""The papers' other baselines (docs/baselines.md): Ditto, FedRep, APFL, KNN-per, FADA, KD3A — their limits
+against the methods they reduce to, hand-computed pieces, the engine hooks they use, determinism, bad options."""
+
+import math
+
+import pytest
+import torch
+
+from fda_core.common.seeding import generator
+from fda_core.experiments import federated
+from fda_core.experiments.fda_baselines import clustering_score, consensus_focus, knowledge_vote
+from fda_core.experiments.federated import Run, make_config, run_experiment
+from fda_core.experiments.flat import FlatAdam, local_train
+from fda_core.experiments.methods import get_method, list_methods
+from fda_core.experiments.personalisation import KNN_CAPACITY_GRID, KNN_WEIGHT_GRID, head_indices
+
+from test_federated import Blobs
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+BASE = dict(target=0, rounds=3, warmup_rounds=1, n_target_labeled=24, target_batch_size=6, source_lr=0.02,
+            target_lr=0.01, model="mlp", source_batch_size=32)
+NEW = ["ditto", "fedrep", "apfl", "knn_per", "fada", "kd3a"]
+
+
+def run(**cfg):
+    return run_experiment(_dataset=Blobs(), **{**BASE, **cfg})
+
+
+def accs(res):
+    return [h["target_acc"] for h in res["history"]]
+
+
+def test_registered_once_with_labels():
+    names = list_methods()
+    for n in NEW:
+        assert names.count(n) == 1
+    assert [get_method(n).label for n in NEW] == ["Ditto", "FedRep", "APFL", "KNN-per", "FADA", "KD3A"]
+    assert get_method("ditto(lam=2.0)").display_label == "Ditto (λ=2)"
+
+
+# --- Ditto ---------------------------------------------------------------------------------------
+def test_ditto_lambda_zero_is_target_only():
+    ditto = run(rule="ditto", method_options={"lam": 0.0})
+    target_only = run(rule="target_only")
+    assert accs(ditto) == accs(target_only)
+
+
+def test_ditto_lambda_infinite_is_fedavg_and_large_lambda_tends_to_it():
+    fedavg = run(rule="source_only")
+    assert accs(run(rule="ditto", method_options={"lam": math.inf})) == accs(fedavg)
+    c = make_config(**BASE, rule="ditto", method_options={"lam": 1e9})
+    r = Run(c, get_method("ditto", lam=1e9), Blobs())
+    for k in range(1, c["rounds"] + 1):
+        r.round(k)
+    assert torch.allclose(r.method.v, r.theta, atol=1e-5)  # v pinned to w
+    assert not torch.equal(r.method.v, r.theta)  # ... by the proximal steps, not by a copy
+    assert accs(run(rule="ditto", method_options={"lam": 1e9})) == accs(fedavg)
+
+
+def test_ditto_finite_lambda_is_between():
+    """0 < λ < ∞: the personal model is neither the global model nor the λ = 0 personal model."""
+    models = {}
+    for lam in (0.0, 5.0):
+        c = make_config(**BASE, rule="ditto", method_options={"lam": lam})
+        r = Run(c, get_method("ditto", lam=lam), Blobs())
+        for k in range(1, c["rounds"] + 1):
+            r.round(k)
+        models[lam] = (r.method.v, r.theta)
+    v5, w = models[5.0]
+    assert (v5 - w).norm() < (models[0.0][0] - w).norm()  # the proximal term pulls v towards w
+    assert (v5 - w).norm() > 0
+
+
+def test_ditto_prox_step_by_hand():
+    """One personal step: Adam step on the data term, then v ← (v + ηλ w)/(1 + ηλ)."""
+    c = make_config(**{**BASE, "warmup_rounds": 0, "rounds": 1, "target_local_epochs": 1, "n_target_labeled": 6},
+                    rule="ditto", method_options={"lam": 3.0})
+    r = Run(c, get_method("ditto", lam=3.0), Blobs())
+    v0 = r.method.v.clone()
+    r.round(1)
+    w = r.theta
+    # by hand: the same mini-batch (one batch of 6) from v0 with a fresh Adam
+    fm = r.model
+    fm.flat.copy_(v0)
+    opt = FlatAdam(fm.m, fm.flat.device)
+    local_train(fm, opt, r.target["x_lab"], r.target["y_lab"], epochs=1, batch_size=6, lr=c["target_lr"],
+                gen=generator(c["seed"], federated._STREAM_CLIENT, 1, federated._TARGET, 0))
+    eta_lam = c["target_lr"] * 3.0
+    expected = (fm.flat + eta_lam * w) / (1 + eta_lam)
+    assert torch.allclose(r.method.v, expected, atol=1e-6)
+
+
+# --- APFL ----------------------------------------------------------------------------------------
+def test_apfl_alpha_zero_is_fedavg_and_one_is_local():
+    assert accs(run(rule="apfl", method_options={"alpha": 0.0})) == accs(run(rule="source_only"))
+    assert accs(run(rule="apfl", method_options={"alpha": 1.0})) == accs(run(rule="target_only"))
+
+
+def test_apfl_mixture_step_equals_step_on_v():
+    """The step run on v̄ = αv + (1−α)w with loss α·f and lr α·η moves v exactly as SGD on v with ∇_v f(v̄)."""
+    alpha = 0.3
+    c = make_config(**{**BASE, "warmup_rounds": 0, "rounds": 1, "target_local_epochs": 1, "n_target_labeled": 6,
+                       "optimizer": "sgd"}, rule="apfl", method_options={"alpha": alpha})
+    r = Run(c, get_method("apfl", alpha=alpha), Blobs())
+    v0 = r.method.v.clone()
+    r.round(1)
+    w = r.theta.clone()
+    fm = r.model
+    fm.flat.copy_(alpha * v0 + (1 - alpha) * w)
+    fm.grad.zero_()
+    torch.nn.functional.cross_entropy(fm.module(r.target["x_lab"]), r.target["y_lab"]).backward()
+    v1 = v0 - c["target_lr"] * alpha * fm.grad  # Algorithm 1: v ← v − η ∇_v f(αv + (1−α)w)
+    assert torch.allclose(r.method.v, v1, atol=1e-5)
+    assert torch.allclose(r.method.personal_model(r)[0], alpha * v1 + (1 - alpha) * w, atol=1e-6)
+
+
+# --- FedRep --------------------------------------------------------------------------------------
+def test_fedrep_zero_head_epochs_is_fedavg_of_the_body():
+    c = make_config(**{**BASE, "warmup_rounds": 0, "rounds": 2}, rule="fedrep", method_options={"head_epochs": 0})
+    r = Run(c, get_method("fedrep", head_epochs=0), Blobs())
+    head = head_indices(r)
+    body = torch.ones(r.model.m, dtype=torch.bool)
+    body[head] = False
+    theta = r.theta.clone()
+    head0 = theta[head].clone()
+    fm = r.model
+    for k in (1, 2):
+        r.round(k)
+        # by hand: each source trains from θ with the head frozen; the body is the sample-weighted mean
+        new = torch.zeros_like(theta)
+        for i, s in enumerate(r.sources):
+            fm.flat.copy_(theta)
+            saved = theta[head].clone()
+            local_train(fm, FlatAdam(fm.m, fm.flat.device), s["x"], s["y"], epochs=1, batch_size=32, lr=c["source_lr"],
+                        gen=generator(c["seed"], federated._STREAM_CLIENT, k, federated._SOURCE, i),
+                        after_step=lambda: fm.flat.index_copy_(0, head, saved))
+            new += r.weights[i] * fm.flat
+        theta = new
+        assert torch.allclose(r.theta, theta, atol=1e-6)
+        assert torch.equal(r.theta[head], head0)  # the global head never moves
+    assert torch.equal(r.method.target_head, theta[head])  # no head epochs: the target's head never moved
+
+
+def test_fedrep_heads_are_personal():
+    c = make_config(**BASE, rule="fedrep", method_options={"head_epochs": 2})
+    r = Run(c, get_method("fedrep", head_epochs=2), Blobs())
+    for k in range(1, c["rounds"] + 1):
+        r.round(k)
+    heads = r.method.heads
+    assert not torch.equal(heads[0], heads[1]) and not torch.equal(r.method.target_head, heads[0])
+    assert len(r.history) == c["rounds"]
+
+
+# --- KNN-per -------------------------------------------------------------------------------------
+def test_knn_per_weight_zero_is_fedavg_and_grid_is_its_best():
+    fedavg = run(rule="source_only")
+    assert accs(run(rule="knn_per", method_options={"weight": 0.0})) == accs(fedavg)
+    grid = run(rule="knn_per")
+    for g, f in zip(grid["history"], fedavg["history"]):
+        assert g["target_acc"] >= f["target_acc"]  # λ = 0 is in the grid
+        assert g["knn_weight"] in KNN_WEIGHT_GRID and g["knn_capacity"] in KNN_CAPACITY_GRID
+    one = run(rule="knn_per", method_options={"weight": grid["history"][-1]["knn_weight"],
+                                               "capacity": grid["history"][-1]["knn_capacity"]})
+    assert one["final_target_acc"] == grid["final_target_acc"]
+
+
+def test_knn_per_weight_one_is_the_knn_classifier_by_hand():
+    c = make_config(**BASE, rule="knn_per", method_options={"weight": 1.0, "k": 1})
+    r = Run(c, get_method("knn_per", weight=1.0, k=1), Blobs())
+    r.round(1)
+    scores = r.method.target_scores(r)
+    fm = r.model
+    fm.flat.copy_(r.theta)
+    with torch.no_grad():
+        ft, fl = fm.module.features(r.target["x_test"]), fm.module.features(r.target["x_lab"])
+    nearest = ((ft[:, None, :] - fl[None, :, :]) ** 2).sum(2).argmin(1)  # 1-NN: the nearest labelled sample's label
+    expected = (r.target["y_lab"][nearest] == r.target["y_test"]).float().mean().item()
+    assert scores["target_acc"] == pytest.approx(expected)
+
+
+# --- FADA and KD3A -------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["fada", "kd3a"])
+def test_unsupervised_fda_round_end_to_end(name):
+    res = run(rule=name, rounds=2, warmup_rounds=1, method_options={"unlabeled_per_round": 64} if name == "fada"
+              else {"distill_samples": 64})
+    assert len(res["history"]) == 2
+    for h in res["history"]:
+        w = h["source_weights"]
+        assert len(w) == 2 and all(x >= 0 for x in w) and sum(w) == pytest.approx(1.0)
+    assert 0.0 <= res["final_target_acc"] <= 1.0
+
+
+def test_unlabelled_split_is_the_train_split_without_the_labelled_samples():
+    c = make_config(**BASE, rule="kd3a")
+    r = Run(c, get_method("kd3a"), Blobs())
+    n_lab = r.target["x_lab"].shape[0]
+    assert torch.equal(r.target["x_unlab"], r.target["x_train"][n_lab:])
+    assert r.target["x_unlab"].shape[0] == r.target["x_train"].shape[0] - BASE["n_target_labeled"] > 0
+
+
+def test_knowledge_vote_and_consensus_focus_by_hand():
+    # 3 sources, 2 samples, 2 classes
+    p = torch.tensor([[[0.95, 0.05], [0.5, 0.5]],
+                      [[0.92, 0.08], [0.05, 0.95]],
+                      [[0.10, 0.90], [0.40, 0.60]]])
+    cons, votes = knowledge_vote(p, 0.9)
+    assert votes.tolist() == [2.0, 1.0]
+    assert torch.allclose(cons[0], torch.tensor([0.935, 0.065]))
+    assert torch.allclose(cons[1], torch.tensor([0.05, 0.95]))
+    # Q(all) = 2·0.935 + 1·0.95; without source 0: sample 0 has one vote (0.92) → Q = 0.92 + 0.95
+    # without source 1: sample 0 one vote (0.95), sample 1 none → 0.95; without source 2: unchanged
+    cf = consensus_focus(p, 0.9)
+    q = 2 * 0.935 + 0.95
+    assert torch.allclose(cf, torch.tensor([q - (0.92 + 0.95), q - 0.95, 0.0]), atol=1e-6)
+    none, v0 = knowledge_vote(torch.full((2, 1, 2), 0.5), 0.9)
+    assert v0.tolist() == [0.0] and torch.allclose(none, torch.tensor([[0.5, 0.5]]))
+
+
+def test_clustering_score_by_hand():
+    f = torch.tensor([[0.0, 0.0], [2.0, 0.0], [10.0, 0.0], [12.0, 0.0]])
+    labels = torch.tensor([0, 0, 1, 1])
+    # within: 1+1+1+1 = 4; total: mean 6 → 36+16+16+36 = 104
+    assert clustering_score(f, labels) == pytest.approx(math.log(4 / 104))
+
+
+# --- determinism and bad options -----------------------------------------------------------------
+@pytest.mark.parametrize("name", NEW)
+def test_deterministic_for_a_seed(name):
+    opts = {"fada": {"unlabeled_per_round": 64}, "kd3a": {"distill_samples": 64}, "fedrep": {"head_epochs": 1}}
+    a = run(rule=name, rounds=2, method_options=opts.get(name, {}))
+    b = run(rule=name, rounds=2, method_options=opts.get(name, {}))
+    assert a["history"] == b["history"]
+    c = run(rule=name, rounds=2, seed=1, method_options=opts.get(name, {}))
+    assert c["history"] != a["history"] or name == "knn_per"
+
+
+@pytest.mark.parametrize("spec, word", [("ditto(lam=-1.0)", "lam"), ("apfl(alpha=1.5)", "alpha"),
+                                        ("fedrep(head_epochs=-1)", "head_epochs"), ("knn_per(weight=2.0)", "weight"),
+                                        ("knn_per(k=0)", "k"), ("knn_per(capacity=0.0)", "capacity"),
+                                        ("kd3a(confidence=1.5)", "confidence"), ("fada(adv_weight=-1.0)", "adv_weight")])
+def test_bad_options_name_the_option(spec, word):
+    with pytest.raises(ValueError, match=word):
+        get_method(spec)
