@@ -1,0 +1,88 @@
+"""One experiment in Flower's simulation engine (``flwr.simulation.run_simulation``, Ray backend;
+``docs/flower.md`` § Three ways to run).
+
+The ServerApp and the ClientApp are the deployment's (:mod:`.server_app`, :mod:`.client_app`); the
+simulation runs one virtual SuperNode per environment of the dataset (``partition-id`` = environment
+index) in Ray workers on this machine, with Flower's in-memory message transport.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ...common.checks import check_int
+from ..federated import make_config
+from .client_app import make_client_app
+from .server_app import DEFAULT_ROUND_TIMEOUT, make_server_app
+
+__all__ = ["run_flower_simulation", "simulate_many", "num_environments"]
+
+
+def num_environments(config: Mapping[str, Any]) -> int:
+    """Number of environments (= nodes) of the experiment's dataset."""
+    from ...data.datasets import get_dataset
+
+    c = make_config(**config)
+    return len(get_dataset(c["dataset"], **c["dataset_options"]).ENVIRONMENTS)
+
+
+def run_flower_simulation(*, faults: Mapping[int, str] | None = None, round_timeout: float = DEFAULT_ROUND_TIMEOUT,
+                          discovery_timeout: float = 120.0, workers: int = 2, verbose: bool = False,
+                          **config: Any) -> dict[str, Any]:
+    """Run one experiment (``config``: keys of :data:`fda_core.experiments.federated.DEFAULT_CONFIG`) in
+    Flower's simulation engine and return its result in the format of
+    :func:`fda_core.experiments.federated.run_experiment`, plus ``"flower"`` (nodes, events, traffic)
+    and ``"wall_seconds"`` (the whole call, the engine's start included).
+
+    ``faults``: {partition-id: fault spec} for robustness drills (:mod:`.faults`); ``round_timeout``:
+    seconds a round waits for replies; ``workers``: Ray workers (each runs virtual nodes one message at a
+    time with one torch thread); ``verbose``: Flower's INFO log (default: warnings only).
+    """
+    return simulate_many([config], faults=faults, round_timeout=round_timeout, discovery_timeout=discovery_timeout,
+                         workers=workers, verbose=verbose)[0]
+
+
+def simulate_many(configs: Sequence[Mapping[str, Any]], *, faults: Mapping[int, str] | None = None,
+                  round_timeout: float = DEFAULT_ROUND_TIMEOUT, discovery_timeout: float = 120.0, workers: int = 2,
+                  verbose: bool = False) -> list[dict[str, Any]]:
+    """Several experiments on one dataset in one start of the simulation engine (Ray starts once; the
+    ServerApp runs them one after the other on the same virtual nodes). Arguments as
+    :func:`run_flower_simulation`; every result's ``"wall_seconds"`` is the whole call's."""
+    workers = check_int(workers, "workers", 1)
+    configs = [make_config(**c) for c in configs]  # every config checked before the engine starts
+    if not configs:
+        raise ValueError("configs must hold at least one experiment config")
+    sizes = {num_environments(c) for c in configs}
+    if len(sizes) != 1:
+        raise ValueError(f"configs must share one number of environments (one node per environment), got {sorted(sizes)}")
+    from flwr.simulation import run_simulation
+
+    sink: dict[str, Any] = {}
+    server = make_server_app(configs, round_timeout=round_timeout, discovery_timeout=discovery_timeout, sink=sink)
+    client = make_client_app(faults)
+    backend = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+               "init_args": {"num_cpus": workers, "num_gpus": 0, "include_dashboard": False,
+                             "log_to_driver": verbose, "logging_level": logging.INFO if verbose else logging.ERROR}}
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # Ray workers inherit it: one thread per virtual node
+    flwr_logger = logging.getLogger("flwr")
+    level = flwr_logger.level
+    if not verbose:
+        flwr_logger.setLevel(logging.WARNING)
+    start = time.perf_counter()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # Ray's notice about accelerator variables
+            run_simulation(server_app=server, client_app=client, num_supernodes=sizes.pop(), backend_config=backend)
+    finally:
+        flwr_logger.setLevel(level)
+    results = sink.get("results", [])
+    if len(results) != len(configs):
+        raise RuntimeError("the Flower simulation ended without every result (see the log above for the ServerApp's "
+                           "error)")
+    wall = time.perf_counter() - start
+    return [{**r, "wall_seconds": wall} for r in results]
