@@ -242,3 +242,19 @@ def test_deterministic_for_a_seed(name):
 def test_bad_options_name_the_option(spec, word):
     with pytest.raises(ValueError, match=word):
         get_method(spec)
+
+
+def test_fedrep_head_on_precomputed_features_equals_frozen_body_training():
+    """Without BatchNorm or dropout the head epochs run on features computed once: same result as training the
+    whole model with the body restored after every step (up to float rounding)."""
+    out = []
+    for fast in (True, False):
+        c = make_config(**BASE, rule="fedrep", method_options={"head_epochs": 3})
+        r = Run(c, get_method("fedrep", head_epochs=3), Blobs())
+        assert r.method._fixed_features
+        r.method._fixed_features = fast
+        for k in range(1, c["rounds"] + 1):
+            r.round(k)
+        out.append((r.theta.clone(), r.method.target_head.clone(), r.method.heads.clone()))
+    for a, b in zip(*out):
+        assert torch.allclose(a, b, atol=1e-5)

@@ -189,7 +189,9 @@ class FedRep(Method):
     n_T / Σ n ≈ 0, so it is not sent), and the global body with the target's head is reported.
 
     Frozen coordinates are restored after every optimiser step, which is exact for Adam and SGD (both act
-    coordinate-wise). During the warm-up rounds every client's head is the global head (FedAvg of the whole
+    coordinate-wise). For a model without BatchNorm or dropout the body's features do not depend on the
+    mini-batch, so the head epochs run on features computed once per round (the same mini-batches, the same
+    optimiser; equal up to float rounding, about 10× cheaper with the paper's 10 head epochs). During the warm-up rounds every client's head is the global head (FedAvg of the whole
     model). ``head_epochs`` = 0 is FedAvg of the body with every head left at its warm-up value (tested).
     Options: ``head_epochs`` (default 10, the paper's § 5 choice of local head epochs), ``target_lr``
     (None: the round's target learning rate for the target's head)."""
@@ -206,6 +208,9 @@ class FedRep(Method):
         mask = torch.ones(run.model.m, dtype=torch.bool, device=run.model.flat.device)
         mask[self.head] = False
         self.body = mask.nonzero().squeeze(1)
+        module = run.model.module
+        self._fixed_features = not run.model.buffer_names and not any(
+            isinstance(mod, (torch.nn.Dropout, torch.nn.modules.batchnorm._BatchNorm)) for mod in module.modules())
 
     def configure_round(self, rnd: RoundInfo) -> RoundPlan:
         return RoundPlan("warmup", sources=True) if rnd.warmup else RoundPlan("fedrep", sources=False)
@@ -215,8 +220,26 @@ class FedRep(Method):
             return super().aggregate(rnd, res, theta)
         return ServerResult()  # the clients train in after_round (each from its own head)
 
-    def _freeze(self, flat: Tensor, idx: Tensor):
-        saved = flat[idx].clone()
+    def _train_head(self, run: Any, x: Tensor, y: Tensor, start: Tensor, **kw: Any) -> tuple[Tensor, dict, int]:
+        """``head_epochs`` epochs of the head with the body frozen (see the class docstring)."""
+        flat, module = run.model.flat, run.model.module
+        freeze = self._freeze(flat, self.body, start)
+        if not self._fixed_features:
+            return run.train_local(x, y, start=start, epochs=self.head_epochs, after_step=freeze, **kw)
+        flat.copy_(start)
+        with torch.no_grad():
+            module.train()
+            feats = torch.cat([module.features(x[s:s + 4096]) for s in range(0, x.shape[0], 4096)])
+        index = torch.arange(x.shape[0], device=x.device)
+
+        def loss(m, idx, yb):  # the classifier on the precomputed features of the mini-batch's samples
+            return F.cross_entropy(m.classifier(feats[idx]), yb)
+
+        return run.train_local(index, y, start=start, epochs=self.head_epochs, after_step=freeze, loss_fn=loss, **kw)
+
+    def _freeze(self, flat: Tensor, idx: Tensor, start: Tensor):
+        """After each step, restore the coordinates ``idx`` of ``flat`` to their values in ``start``."""
+        saved = start[idx].clone()
         return lambda: flat.index_copy_(0, idx, saved)
 
     def after_round(self, rnd: RoundInfo, run: Any) -> None:
@@ -232,17 +255,16 @@ class FedRep(Method):
             start = theta.clone()
             start[self.head] = self.heads[i]
             if self.head_epochs:
-                start, b, _ = run.train_local(s["x"], s["y"], start=start, epochs=self.head_epochs, lr=rnd.lr_source,
-                                              batch_size=c["source_batch_size"], key=(rnd.round, _ROLE_HEAD_SOURCE, i),
-                                              client=client, who=f"FedRep head of {s['name']!r}, round {rnd.round}",
-                                              after_step=self._freeze(flat, self.body))
+                start, b, _ = self._train_head(run, s["x"], s["y"], start, lr=rnd.lr_source,
+                                               batch_size=c["source_batch_size"], key=(rnd.round, _ROLE_HEAD_SOURCE, i),
+                                               client=client, who=f"FedRep head of {s['name']!r}, round {rnd.round}")
             else:
                 b = run.buffers
             new, b, _ = run.train_local(s["x"], s["y"], start=start, start_buffers=b, epochs=c["local_epochs"],
                                         lr=rnd.lr_source, batch_size=c["source_batch_size"],
                                         key=(rnd.round, run.ROLE_SOURCE, i), client=client,
                                         who=f"FedRep body of {s['name']!r}, round {rnd.round}",
-                                        after_step=self._freeze(flat, self.head))
+                                        after_step=self._freeze(flat, self.head, start))
             self.heads[i] = new[self.head]
             body_sum.add_(new[self.body] - theta[self.body], alpha=float(run.weights[i]))
             bufs.append(b)
@@ -253,11 +275,10 @@ class FedRep(Method):
         if self.head_epochs:
             start = theta.clone()
             start[self.head] = self.target_head
-            new, self.target_buffers, _ = run.train_local(
-                run.target["x_lab"], run.target["y_lab"], start=start, epochs=self.head_epochs, lr=rnd.lr_target,
+            new, self.target_buffers, _ = self._train_head(
+                run, run.target["x_lab"], run.target["y_lab"], start, lr=rnd.lr_target,
                 batch_size=c["target_batch_size"], key=(rnd.round, _ROLE_HEAD_TARGET, 0),
-                client=_target_client(run, rnd.round), who=f"FedRep target head, round {rnd.round}",
-                after_step=self._freeze(flat, self.body))
+                client=_target_client(run, rnd.round), who=f"FedRep target head, round {rnd.round}")
             self.target_head = new[self.head]
 
     def target_scores(self, run: Any) -> dict[str, float]:
