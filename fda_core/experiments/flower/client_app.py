@@ -29,8 +29,8 @@ import torch
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from ..federated import _SOURCE, _TARGET, _TARGET_TRAIN, Run, make_config
-from ..flat import accuracy, count_steps
+from ..federated import Run, make_config
+from ..flat import count_steps
 from ..methods import ClientInfo, get_method
 from .faults import fault_mod
 from .protocol import ARRAYS, CONFIG, EXPERIMENT, METRICS, PARTS, SOURCE, TARGET, TrainInstruction, \
@@ -113,8 +113,9 @@ def query(msg: Message, context: Context) -> Message:
 
 
 def train(msg: Message, context: Context) -> Message:
-    """Local training from the global model, as ``Run.round`` trains this client (``docs/flower.md`` §
-    Same numbers); replies with the trained model, the target also with its per-batch updates."""
+    """Local training from the global model, with the engine's own call as ``Run.round`` trains this client
+    (``docs/flower.md`` § Same numbers); replies with the trained model, the target also with its per-batch
+    updates."""
     node, p = _setup(msg, context)
     ins = TrainInstruction.from_config(msg.content[CONFIG])
     role, index = node.role(p)
@@ -122,15 +123,15 @@ def train(msg: Message, context: Context) -> Message:
         raise ValueError(f"the server asked partition {p} to train as {ins.role} {ins.index}, but with target "
                          f"{node.envs[node.target]!r} it is {role} {index}")
     run, fm, r = node.run, node.run.model, ins.round
-    run.buffers = model_from_record(node.layout, msg.content[ARRAYS], out=run.theta)[1]
+    theta, buffers = model_from_record(node.layout, msg.content[ARRAYS])
     start = time.perf_counter()
     parts = None
     if role == SOURCE:
         s = run.sources[index]
         n = s["x"].shape[0]
         steps = run._train(s["x"], s.get("y_aux", s["y"]), epochs=ins.epochs, batch_size=ins.batch_size, lr=ins.lr,
-                           key=(r, _SOURCE, index), who=f"source client {s['name']!r}, round {r}",
-                           client=ClientInfo("source", index, s["name"], r))
+                           key=(r, Run.ROLE_SOURCE, index), who=f"source client {s['name']!r}, round {r}",
+                           client=ClientInfo("source", index, s["name"], r), start=theta, start_buffers=buffers)
     else:
         x, y = (run.target["x_lab"], run.target["y_lab"]) if ins.data == "labeled" else \
             (run.target["x_train"], run.target["y_train"])
@@ -138,9 +139,10 @@ def train(msg: Message, context: Context) -> Message:
         if ins.parts:
             parts = torch.empty(count_steps(n, ins.batch_size, ins.epochs), fm.m, dtype=fm.flat.dtype)
         steps = run._train(x, y, epochs=ins.epochs, batch_size=ins.batch_size, lr=ins.lr,
-                           key=(r, _TARGET, 0) if ins.data == "labeled" else (r, _TARGET_TRAIN, 0),
+                           key=(r, Run.ROLE_TARGET, 0) if ins.data == "labeled" else (r, Run.ROLE_TARGET_TRAIN, 0),
                            who=f"target client, round {r}" if ins.data == "labeled" else "oracle",
-                           client=ClientInfo("target", 0, run.target_name, r), parts=parts)
+                           client=ClientInfo("target", 0, run.target_name, r), parts=parts, start=theta,
+                           start_buffers=buffers)
     content = RecordDict({
         ARRAYS: model_to_record(node.layout, fm.flat, fm.buffers()),
         METRICS: MetricRecord({"num-examples": int(n), "steps": int(steps), "partition-id": p,
@@ -156,17 +158,9 @@ def evaluate(msg: Message, context: Context) -> Message:
     node, p = _setup(msg, context)
     if p != node.target:
         raise ValueError(f"only the target ({node.envs[node.target]!r}) evaluates; this node holds {node.envs[p]!r}")
-    run, fm = node.run, node.run.model
     theta, buffers = model_from_record(node.layout, msg.content[ARRAYS])
-    fm.flat.copy_(theta)
-    fm.load_buffers(buffers)
-    x, y = run.target["x_test"], run.target["y_test"]
-    if run.metrics == ("acc",):
-        scores = {"target_acc": accuracy(fm, x, y)}
-    else:
-        from ..metrics import evaluate_metrics
-
-        scores = evaluate_metrics(fm.module, x, y, run.metrics)
+    scores = node.run.score(params=theta, buffers=buffers)  # the engine's evaluation of a global model
+    x = node.run.target["x_test"]
     return Message(RecordDict({METRICS: MetricRecord({**scores, "num-examples": int(x.shape[0]),
                                                       "partition-id": p})}), reply_to=msg)
 

@@ -54,12 +54,14 @@ log = logging.getLogger("fda_core.flower")
 
 
 def check_flower_method(method: Method) -> None:
-    """ValueError unless ``method``'s server step is ``aggregate`` alone (no ``after_round`` /
-    ``after_training`` step, which trains on the target inside the in-process engine)."""
+    """ValueError unless ``method``'s server step is ``aggregate`` alone: no ``setup``, ``after_round``,
+    ``after_training`` or ``target_scores`` hook, which work on the in-process engine's ``Run`` (fine-tuning
+    on the target, personal models)."""
     cls = type(method)
-    extra = [h for h in ("after_round", "after_training") if getattr(cls, h) is not getattr(Method, h)]
+    hooks = ("setup", "after_round", "after_training", "target_scores")
+    extra = [h for h in hooks if hasattr(Method, h) and getattr(cls, h) is not getattr(Method, h)]
     if extra:
-        raise ValueError(f"rule {method.name!r} has an {' and '.join(extra)} step that needs the in-process engine's "
+        raise ValueError(f"rule {method.name!r} has a {' and '.join(extra)} step that needs the in-process engine's "
                          "Run; on Flower, rule must be a method whose server step is aggregate alone, e.g. "
                          "'source_only', 'fedda', 'fedgp', 'fedda_auto', 'fedgp_auto', 'target_only' or 'oracle'")
 
