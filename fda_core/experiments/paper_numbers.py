@@ -42,18 +42,28 @@ PAPER: dict[str, dict] = {
         "Source only": [56.82, 62.37, 27.77, 48.99], "Finetune_Offline": [66.58, 69.09, 53.86, 63.18],
         "FedDA": [60.49, 65.07, 33.04, 52.87], "FedGP": [88.14, 76.34, 89.80, 84.76],
         "FedDA_Auto": [87.41, 76.33, 85.57, 83.10], "FedGP_Auto": [89.85, 76.43, 89.62, 85.30],
-        "Target only": [85.60, 73.54, 87.05, 82.06], "Oracle": [89.94, 80.32, 89.99, 86.75]}},
+        "Target only": [85.60, 73.54, 87.05, 82.06], "Oracle": [89.94, 80.32, 89.99, 86.75],
+        # the personalisation baselines of the same table (docs/baselines.md); "FedAvg" is the paper's own row
+        "FedAvg": [63.17, 71.92, 10.92, 48.67], "Ditto": [62.17, 71.26, 19.32, 50.92],
+        "FedRep": [65.41, 36.44, 31.72, 44.52], "APFL": [43.78, 61.60, 30.23, 45.20],
+        "KNN-per": [64.87, 71.24, 10.44, 48.85]}},
     "VLCS": {"source": "auto-weighted FDA paper, Table 1 (5% labelled target, ResNet-18)", "setting": "ResNet-18 with ImageNet weights, 5% of the target's train split labelled, source lr 5e-5, 50 rounds, 5 trials", "columns": _VLCS_COLS, "rows": {
         "Source only": [90.49, 60.65, 70.24, 69.10, 72.62], "Finetune_Offline": [96.65, 68.22, 74.34, 74.66, 78.47],
         "FedDA": [97.72, 68.17, 75.27, 76.68, 79.46], "FedGP": [99.43, 71.09, 73.65, 78.70, 80.72],
         "FedDA_Auto": [99.41, 70.99, 75.38, 80.08, 81.46], "FedGP_Auto": [99.48, 70.71, 75.24, 79.99, 81.36],
-        "Target only": [97.77, 68.88, 72.29, 76.00, 78.74], "Oracle": [100.00, 72.72, 78.65, 82.71, 83.52]}},
+        "Target only": [97.77, 68.88, 72.29, 76.00, 78.74], "Oracle": [100.00, 72.72, 78.65, 82.71, 83.52],
+        "FedAvg": [96.31, 68.03, 69.84, 68.67, 75.71], "Ditto": [95.94, 67.45, 70.48, 66.05, 74.98],
+        "FedRep": [91.14, 60.39, 70.31, 70.06, 72.98], "APFL": [68.63, 60.98, 65.40, 49.85, 61.22],
+        "KNN-per": [96.31, 68.04, 69.84, 68.67, 75.72]}},
     "TerraIncognita": {"source": "auto-weighted FDA paper, App. C.2 Table 5 (5% labelled target, ResNet-18)", "setting": "ResNet-18 with ImageNet weights, 5% of the target's train split labelled, source lr 5e-5, 50 rounds, 5 trials",
                        "columns": _TI_COLS, "rows": {
         "Source only": [54.62, 31.39, 36.85, 27.15, 37.50], "Finetune_Offline": [77.45, 75.22, 61.16, 58.89, 68.18],
         "FedDA": [77.24, 69.21, 58.55, 53.78, 64.70], "FedGP": [81.46, 77.75, 64.18, 61.56, 71.24],
         "FedDA_Auto": [79.06, 78.59, 66.02, 63.37, 71.76], "FedGP_Auto": [78.70, 78.28, 65.55, 63.78, 71.58],
-        "Target only": [78.85, 74.25, 58.96, 56.90, 67.24], "Oracle": [96.41, 95.01, 91.98, 89.04, 93.11]}},
+        "Target only": [78.85, 74.25, 58.96, 56.90, 67.24], "Oracle": [96.41, 95.01, 91.98, 89.04, 93.11],
+        "FedAvg": [38.46, 21.24, 39.76, 20.54, 30.00], "Ditto": [44.30, 12.57, 40.16, 17.98, 28.75],
+        "FedRep": [45.27, 6.15, 21.13, 10.89, 20.86], "APFL": [65.16, 64.42, 38.97, 42.33, 52.72],
+        "KNN-per": [38.46, 21.24, 39.76, 20.55, 30.00]}},
     # FedGP paper, Table 6 (Fashion-MNIST part; 100 labelled target samples, 10 clients)
     "NoisyFeatures": {"source": "FedGP paper, App. B.5 Table 6 (Fashion-MNIST, 100 labelled target samples)", "setting": "Fashion-MNIST, 10 clients of 6,000 images (9 sources), 100 labelled target samples, 50 rounds, Adam with source lr 0.01 and target lr 0.05, batches 64/16, 1 local epoch, 5 trials",
                       "columns": _NOISE_COLS, "rows": {
@@ -119,7 +129,7 @@ PAPER: dict[str, dict] = {
         "FedAvg": [2.9, 1.2, 4.1, 1.6, 1.8, 0.9]}},
     # Healthcare paper (weakly-supervised FDA), Table 2: ACC and AUC (%) on three medical data sets, mean and
     # the half-width of a 95% CI over 3 trials; rows keyed by the paper's method names (its registry specs:
-    # fda_core.experiments.auxiliary.PAPER_METHODS; FADA and KD3A are unsupervised baselines not in the workbook)
+    # fda_core.experiments.auxiliary.PAPER_METHODS; FADA and KD3A are the registry's fada and kd3a, docs/baselines.md)
     "Healthcare_Table2": {"source": "healthcare paper, Table 2 (mean over 3 trials)", "setting": _HC_SETTING,
                           "columns": _HC_COLS, "rows": {
         "FedAvg": [53.28, 54.13, 69.95, 76.34, 53.56, 52.45],
