@@ -78,7 +78,11 @@ def figure_curves(curves: pd.DataFrame, title: str | None = None) -> tuple[plt.F
             ax.set_xlabel("iteration (mini-batches per client)")
             if c == 0:
                 ax.set_ylabel("accuracy (%)")
-    axes[0][0].legend(fontsize=7)
+    handles = {}
+    for ax in axes.flat:  # one legend for every method, whichever panels it appears in
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    axes[0][0].legend(list(handles.values()), list(handles), fontsize=7)
     if title:
         fig.suptitle(title, fontsize=9)
     fig.tight_layout()
