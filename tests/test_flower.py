@@ -331,8 +331,8 @@ def test_loopback_deployment_equals_in_process_and_survives_a_disconnect(tmp_pat
         fed.up()
         assert all(fed.alive(n) for n in ("superlink", "supernode-0", "supernode-1", "supernode-2"))
         assert set(fed.ports) == {"superlink-http", "fleet", "supernode-0", "supernode-1", "supernode-2"}
-        for rule in ("fedgp", "fedgp_auto"):
-            cfg = {**BASE, "rounds": 3, "rule": rule}
+        for rule in ("fedgp", "fedgp_auto"):  # a warm-up round, then an FDA round (projection; auto-β from parts)
+            cfg = {**BASE, "rounds": 2, "rule": rule}
             dep = fed.run(cfg, round_timeout=300.0, timeout=600.0)
             ref = run_experiment(**cfg)
             assert _key(dep["history"]) == _key(ref["history"]), rule
@@ -363,3 +363,40 @@ def test_loopback_deployment_equals_in_process_and_survives_a_disconnect(tmp_pat
             os.kill(pid, 0)
     assert not (tmp_path / "federation" / "federation.json").exists()
     json.dumps(dep)  # the result is JSON (it came through a file)
+
+
+def test_fda_flower_command_names_a_missing_federation(tmp_path, capsys):
+    from fda_core.workbook.cli import main
+
+    assert main(["flower", "down", "--home", str(tmp_path / "none")]) == 2
+    assert "no federation" in capsys.readouterr().err
+    assert main(["flower", "up", "--fault", "nonsense"]) == 2  # KEY=VALUE expected: a usage error
+    assert main(["flower", "up", "--home", str(tmp_path / "f"), "--dataset", "NoSuchData"]) == 2
+    assert not (tmp_path / "f" / "federation.json").exists()
+
+
+@pytest.mark.deployment
+@pytest.mark.timeout(300)
+def test_fda_flower_up_and_down_start_and_stop_the_processes(tmp_path, capsys):
+    from fda_core.workbook.cli import main
+
+    home = tmp_path / "fed"
+    assert main(["flower", "up", "--home", str(home), "--nodes", "2", "--fault", "1=nan@2"]) == 0
+    state = json.loads((home / "federation.json").read_text())
+    assert set(state["pids"]) == {"superlink", "supernode-0", "supernode-1"}
+    assert state["node_config"] == {"1": {"fault": "nan@2"}}
+    assert all(LocalFederation.attach(home).alive(n) for n in state["pids"])
+    assert main(["flower", "up", "--home", str(home), "--nodes", "2"]) == 2  # one federation per folder
+    assert "already running" in capsys.readouterr().err
+    assert main(["flower", "down", "--home", str(home)]) == 0
+    assert "stopped" in capsys.readouterr().out
+    for pid in state["pids"].values():
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail(f"process {pid} still running after `fda flower down`")

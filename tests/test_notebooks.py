@@ -27,7 +27,10 @@ QUICK = {
     "06_inb_translation": {"quick": True},
     "07_auxiliary_tasks": {"quick": True},
     "08_domain_generalisation": {"quick": True},
+    "09_flower": {"quick": True},
 }
+#: notebooks that need an optional extra: skipped (with the reason) when it is not installed
+EXTRAS = {"09_flower": ("flwr", "the optional extra 'flower' is not installed: pip install -e '.[flower]'")}
 
 
 @lru_cache(maxsize=None)
@@ -66,6 +69,8 @@ def _bonferroni_z(k: int, level: float = 0.95) -> float:
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_executes_and_saves_figures(nb, out_root):
+    if nb.stem in EXTRAS:
+        pytest.importorskip(EXTRAS[nb.stem][0], reason=EXTRAS[nb.stem][1])
     figures = executed(nb.stem, out_root)
     written = list(figures.glob("*.png"))
     assert written, "the notebook saved no figure"
@@ -321,3 +326,24 @@ def test_regenerating_gives_byte_identical_csvs(out_root, tmp_path):
         assert (first / name).read_bytes() == (again / name).read_bytes(), name
     timings = ROOT / "executed" / "timings" / "04_real_data"
     assert timings.is_dir() and any(timings.glob("*.csv"))  # the times went there instead
+
+
+def test_09_numbers(out_root):
+    """Notebook 09: the Flower simulation's curves are the in-process ones bit for bit, and every training
+    message is the model (4m bytes; the target's FDA replies of FedGP_Auto also 4·B·m of parts) plus headers."""
+    pytest.importorskip(EXTRAS["09_flower"][0], reason=EXTRAS["09_flower"][1])
+    fig = executed("09_flower", out_root)
+    curves = _read(fig / "curves_by_runtime.csv")
+    assert set(curves["runtime"]) == {"in process", "Flower simulation"}
+    wide = curves.pivot_table(index=["method", "round", "source"], columns="runtime", values="target_acc")
+    assert len(wide) > 0 and (wide["in process"] == wide["Flower simulation"]).all()
+    beta = curves.dropna(subset=["beta"]).pivot_table(index=["method", "round", "source"], columns="runtime",
+                                                      values="beta")
+    assert (beta["in process"] == beta["Flower simulation"]).all()
+    sent = _read(fig / "bytes_per_round.csv")
+    trained = sent[sent["up"] > 0]
+    expected = trained["model_bytes"] + trained["parts_bytes"]
+    assert ((trained["up"] > expected) & (trained["up"] < expected + 20_000)).all()
+    assert ((trained["down"] > trained["model_bytes"]) & (trained["down"] < trained["model_bytes"] + 20_000)).all()
+    assert (sent.loc[sent["method"] == "FedGP_Auto", "parts_bytes"] > 0).any()
+    assert (sent.loc[sent["method"] == "FedGP", "parts_bytes"] == 0).all()

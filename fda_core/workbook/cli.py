@@ -176,6 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
                          help="folder for the executed copies (default: <repo>/executed/sweeps)")
     p_sweep.add_argument("--force", action="store_true", help="re-execute sets whose executed copy already exists")
     _add_exec_options(p_sweep)
+
+    from .flower_cli import add_flower_parser
+
+    add_flower_parser(sub)
     return parser
 
 
@@ -461,7 +465,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help (0) or a usage error (2): return instead of exiting
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     out, err = sys.stdout, sys.stderr
-    commands = {"list": _cmd_list, "run": _cmd_run, "sweep": _cmd_sweep, "reproduction": _cmd_reproduction}
+    from .flower_cli import cmd_flower
+
+    commands = {"list": _cmd_list, "run": _cmd_run, "sweep": _cmd_sweep, "reproduction": _cmd_reproduction,
+                "flower": cmd_flower}
     try:
         return commands[args.command](args, out, err)
     except ParameterError as exc:

@@ -71,8 +71,8 @@ def simulate_many(configs: Sequence[Mapping[str, Any]], *, faults: Mapping[int, 
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # Ray workers inherit it: one thread per virtual node
     flwr_logger = logging.getLogger("flwr")
     level = flwr_logger.level
-    if not verbose:
-        flwr_logger.setLevel(logging.WARNING)
+    if not verbose:  # Flower's errors only (e.g. not its notice that run_simulation is deprecated for `flwr run`);
+        flwr_logger.setLevel(logging.ERROR)  # dropped updates are logged by the strategy's own logger
     start = time.perf_counter()
     try:
         with warnings.catch_warnings():

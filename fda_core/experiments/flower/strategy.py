@@ -272,7 +272,16 @@ class FDAStrategy(Strategy):
                 continue
             cfg = ConfigRecord({EXPERIMENT: self._experiment, **ins.to_config()})
             msgs.append(self._message({ARRAYS: arrays, CONFIG: cfg}, nid, MessageType.TRAIN, r))
+        self._round["sent"] = msgs  # the Grid gives them their ids when it pushes them
         return msgs
+
+    def _sender(self, reply: Message) -> int:
+        """The node a reply answers for: the destination of the message it replies to (an error reply made by
+        the SuperLink for a node that went offline may come from another id), else its source."""
+        for msg in self._round.get("sent", []):
+            if msg.metadata.message_id and msg.metadata.message_id == reply.metadata.reply_to_message_id:
+                return msg.metadata.dst_node_id
+        return reply.metadata.src_node_id
 
     def _parse(self, reply: Message, ins: TrainInstruction, node: Node) -> dict[str, Any]:
         """A train reply's model h, steps, examples and parts, checked (BadUpdate) before any use."""
@@ -308,7 +317,7 @@ class FDAStrategy(Strategy):
         expected: dict[int, TrainInstruction] = self._round["expected"]
         got: dict[int, dict[str, Any]] = {}
         for reply in replies:
-            nid = reply.metadata.src_node_id
+            nid = self._sender(reply)
             self._count(r, MessageType.TRAIN, "up", reply, nid)
             if nid not in expected or nid in got:
                 self._event(r, "reply ignored", nid, "not asked to train this round")
