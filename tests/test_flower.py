@@ -289,6 +289,15 @@ def test_bad_updates_are_dropped_logged_and_never_reach_the_estimators(task_iden
     assert all(math.isfinite(h["target_acc"]) for h in got["history"])
 
 
+def test_a_target_that_disconnects_leaves_the_model_unchanged_and_unevaluated(task_identity):
+    cfg = {**BASE, "rounds": 3, "rule": "fedgp"}
+    got, seen = _local_run(cfg, offline={102: 3})  # the target ('-90%', node 102) is gone from round 3 on
+    assert [s["round"] for s in seen] == [1, 2]  # round 3: no aggregation
+    assert math.isnan(got["history"][2]["target_acc"]) and got["final_target_acc"] != got["final_target_acc"]
+    ev = {(e["round"], e["event"]) for e in got["flower"]["events"]}
+    assert {(3, "update dropped"), (3, "round skipped"), (3, "evaluation failed")} <= ev
+
+
 # ------------------------------------------------------------------------------------------------
 # Flower's simulation engine (Ray)
 # ------------------------------------------------------------------------------------------------

@@ -403,11 +403,15 @@ class FDAStrategy(Strategy):
             self._eval = {}
             return []
         target = self._by_partition().get(self.target_partition)
+        if target is None or target.node_id not in set(grid.get_node_ids()):
+            self._event(r, "evaluation failed", target, "the target node is offline")
+            return []
         cfg = ConfigRecord({EXPERIMENT: self._experiment, "server-round": r})
         return [self._message({ARRAYS: arrays, CONFIG: cfg}, target.node_id, MessageType.EVALUATE, r)]
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
-        """The target's metrics, recorded in :attr:`history` as the engine records them."""
+        """The target's metrics, recorded in :attr:`history` as the engine records them (NaN when the target
+        did not answer)."""
         if not self._eval:
             return None
         r = server_round
