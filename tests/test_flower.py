@@ -147,9 +147,30 @@ def test_run_config_toml_round_trips_through_flowers_parser(tmp_path):
     path.write_text(run_config_toml(exp, round_timeout=30.0, result_file="/tmp/x.json"))
     assert tomllib.loads(path.read_text())["round-timeout"] == 30.0
     flat = parse_config_args([str(path)])  # what `flwr run --run-config run.toml` sends
-    assert flat["experiment.method_options.projection"] == "cosine"
-    got = experiment_from_run_config(flat)
-    assert got == {"rule": "fedgp", "rounds": 3, "target": "-90%", "method_options": {"projection": "cosine", "beta": 1.0}}
+    assert set(flat) == {"experiment-json", "round-timeout", "result-file"}
+    assert experiment_from_run_config(flat) == exp
+
+
+def test_run_config_json_merges_over_the_declared_keys():
+    rc = {"experiment.rounds": 3, "experiment.method_options.beta": 1.0, "round-timeout": 5.0,
+          "experiment-json": '{"method_options": {"projection": "cosine"}, "rounds": 4}'}
+    assert experiment_from_run_config(rc) == {"rounds": 4, "method_options": {"beta": 1.0, "projection": "cosine"}}
+    assert experiment_from_run_config({"experiment.rule": "fedda", "experiment-json": ""}) == {"rule": "fedda"}
+    with pytest.raises(ValueError, match="experiment-json"):
+        experiment_from_run_config({"experiment-json": "[1, 2]"})
+
+
+def test_the_app_declares_every_run_config_key_the_server_reads():
+    from fda_core.experiments.flower.deployment import APP_DIR
+
+    app = tomllib.loads((APP_DIR / "pyproject.toml").read_text())["tool"]["flwr"]["app"]
+    assert app["components"] == {"serverapp": "fda_core.experiments.flower.server_app:app",
+                                 "clientapp": "fda_core.experiments.flower.client_app:app"}
+    declared = set(app["config"])
+    assert {"experiment", "experiment-json", "round-timeout", "discovery-timeout", "num-threads", "result-file"} == declared
+    from fda_core.experiments.federated import DEFAULT_CONFIG
+
+    assert set(app["config"]["experiment"]) <= set(DEFAULT_CONFIG)
 
 
 def test_parse_faults():

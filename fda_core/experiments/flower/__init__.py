@@ -14,8 +14,9 @@
   records (with the checks that keep a bad update out), and fault injection for robustness drills.
 
 Needs the optional extra ``flower`` (``pip install -e ".[flower]"``: ``flwr[simulation]==1.39.0``).
-Importing this package turns Flower's usage telemetry off unless the environment says otherwise
-(``FLWR_TELEMETRY_ENABLED``), so that nothing of a run leaves the machine.
+Importing this package turns Flower's usage telemetry and update check and Ray's usage statistics off
+unless the environment says otherwise (``FLWR_TELEMETRY_ENABLED``, ``FLWR_DISABLE_UPDATE_CHECK``,
+``RAY_USAGE_STATS_ENABLED``), so that nothing of a run leaves the machine.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import os
 # Flower reads these when its modules are imported: set them before anything imports flwr
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # the simulation's Ray: no usage report either
 
 try:
     import flwr  # noqa: F401

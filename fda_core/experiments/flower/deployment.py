@@ -29,6 +29,7 @@ from typing import Any
 
 from ...common.checks import check_int, check_number
 from ...common.files import atomic_write_json, atomic_write_text
+from .protocol import EXPERIMENT_JSON
 from .server_app import DEFAULT_ROUND_TIMEOUT
 
 __all__ = ["APP_DIR", "CONNECTION", "LocalFederation", "run_flower_deployment", "free_port", "run_config_toml"]
@@ -76,22 +77,11 @@ def _toml_value(value: Any) -> str:
 
 
 def run_config_toml(experiment: Mapping[str, Any], **settings: Any) -> str:
-    """A Flower run config (TOML, for ``flwr run --run-config FILE.toml``) holding ``experiment`` as
-    ``experiment.<key>`` entries (nested mappings as dotted keys; None values left out: they are the
-    defaults) and ``settings`` (``round-timeout``, ``result-file``, ... written with dashes for
-    underscores)."""
-    lines: list[str] = []
-
-    def walk(prefix: str, obj: Mapping[str, Any]) -> None:
-        for k, v in obj.items():
-            if not isinstance(k, str) or not k.replace("_", "").replace("-", "").isalnum():
-                raise ValueError(f"run config key {prefix + str(k)!r}: keys must be letters, digits, '_' or '-'")
-            if isinstance(v, Mapping):
-                walk(f"{prefix}{k}.", v)
-            elif v is not None:
-                lines.append(f"{prefix}{k} = {_toml_value(v)}")
-
-    walk("experiment.", experiment)
+    """A Flower run config (TOML, for ``flwr run --run-config FILE.toml``) holding ``experiment`` as the JSON
+    object of ``experiment-json`` (Flower accepts overrides only for keys the app declares; the JSON may hold
+    any setting: :func:`.protocol.experiment_from_run_config`) and ``settings`` (``round-timeout``,
+    ``result-file``, ... written with dashes for underscores)."""
+    lines = [f"{EXPERIMENT_JSON} = {_toml_value(json.dumps(dict(experiment), sort_keys=True))}"]
     for k, v in settings.items():
         lines.append(f"{k.replace('_', '-')} = {_toml_value(v)}")
     return "\n".join(lines) + "\n"
@@ -293,7 +283,10 @@ class LocalFederation:
         result = runs / f"{name}.json"
         result.unlink(missing_ok=True)
         config = runs / f"{name}.toml"
-        atomic_write_text(config, run_config_toml(experiment, round_timeout=float(round_timeout),
+        from ..federated import make_config
+
+        # every key explicit: the app's pyproject.toml declares other defaults for some keys than DEFAULT_CONFIG
+        atomic_write_text(config, run_config_toml(make_config(**experiment), round_timeout=float(round_timeout),
                                                   discovery_timeout=float(discovery_timeout), num_threads=1,
                                                   result_file=str(result)))
         cmd = [_bin("flwr"), "run", str(APP_DIR), CONNECTION, "--run-config", str(config)]

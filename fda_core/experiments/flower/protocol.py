@@ -27,6 +27,7 @@ from ...common.checks import check_choice, check_int, check_number
 __all__ = [
     "ARRAYS", "PARTS", "CONFIG", "METRICS", "SOURCE", "TARGET", "TrainInstruction",
     "experiment_to_json", "experiment_from_json", "experiment_from_run_config", "EXPERIMENT_PREFIX",
+    "EXPERIMENT_JSON",
 ]
 
 # record names inside a message's RecordDict
@@ -37,6 +38,8 @@ EXPERIMENT = "fda.experiment"
 SOURCE, TARGET = "source", "target"
 #: run-config keys (``[tool.flwr.app.config]``, ``flwr run --run-config``) that hold the experiment config
 EXPERIMENT_PREFIX = "experiment."
+#: run-config key of a JSON object merged over the ``experiment.*`` keys (any experiment setting)
+EXPERIMENT_JSON = "experiment-json"
 
 
 @dataclass(frozen=True)
@@ -108,8 +111,11 @@ def experiment_from_json(text: Any) -> dict[str, Any]:
 
 def experiment_from_run_config(run_config: Mapping[str, Any]) -> dict[str, Any]:
     """The experiment config held by a Flower run config: the keys ``experiment.<key>`` (TOML dotted keys,
-    flattened by Flower), nested back (``experiment.method_options.projection = "cosine"`` →
-    ``{"method_options": {"projection": "cosine"}}``). Keys not given take
+    flattened by Flower), nested back (``experiment.method_options.beta = 1.0`` →
+    ``{"method_options": {"beta": 1.0}}``), then the JSON object of :data:`EXPERIMENT_JSON` merged over them
+    (nested mappings merged key by key). Flower accepts ``flwr run --run-config`` overrides only for keys the
+    app's ``pyproject.toml`` declares, so settings the app does not declare (``method_options``,
+    ``dataset_options``, ...) go in the JSON. Keys given nowhere take
     :data:`fda_core.experiments.federated.DEFAULT_CONFIG` (TOML has no None)."""
     out: dict[str, Any] = {}
     for key, value in run_config.items():
@@ -122,4 +128,21 @@ def experiment_from_run_config(run_config: Mapping[str, Any]) -> dict[str, Any]:
             if not isinstance(node, dict):
                 raise ValueError(f"run config key {key!r} nests under a key that has a value")
         node[last] = value
+    text = run_config.get(EXPERIMENT_JSON, "")
+    if text:
+        try:
+            extra = json.loads(text)
+        except (TypeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"run config key {EXPERIMENT_JSON!r} must hold a JSON object: {exc}") from None
+        if not isinstance(extra, dict):
+            raise ValueError(f"run config key {EXPERIMENT_JSON!r} must hold a JSON object, got {type(extra).__name__}")
+        _merge(out, extra)
     return out
+
+
+def _merge(into: dict[str, Any], extra: Mapping[str, Any]) -> None:
+    for k, v in extra.items():
+        if isinstance(v, Mapping) and isinstance(into.get(k), dict):
+            _merge(into[k], v)
+        else:
+            into[k] = v
