@@ -66,7 +66,9 @@ def simulate_many(configs: Sequence[Mapping[str, Any]], *, faults: Mapping[int, 
     server = make_server_app(configs, round_timeout=round_timeout, discovery_timeout=discovery_timeout, sink=sink)
     client = make_client_app(faults)
     backend = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+               # Ray's processes on the loopback address only (ray.init's _node_ip_address), no dashboard
                "init_args": {"num_cpus": workers, "num_gpus": 0, "include_dashboard": False,
+                             "_node_ip_address": "127.0.0.1",
                              "log_to_driver": verbose, "logging_level": logging.INFO if verbose else logging.ERROR}}
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # Ray workers inherit it: one thread per virtual node
     flwr_logger = logging.getLogger("flwr")
