@@ -341,7 +341,8 @@ def test_simulation_equals_in_process_for_fedgp_and_fedgp_auto():
 @pytest.mark.timeout(900)
 def test_simulation_drops_a_nan_update_and_a_client_slower_than_the_round_timeout():
     cfg = {**BASE, "rounds": 4, "rule": "fedgp_auto"}
-    sim = simulate_many([cfg], faults={0: "nan@2,sleep@4:40", 1: "sleep@3:2"}, round_timeout=20.0)[0]
+    sim = simulate_many([cfg], faults={0: "nan@2,sleep@4:40", 1: "sleep@3:2"}, round_timeout=20.0,
+                        workers=2)[0]  # two Ray workers: the sleeping node must not block the others
     ev = {(e["round"], e["env"]): e["reason"] for e in sim["flower"]["events"]}
     assert "NaN" in ev[(2, "+90%")]
     assert "timeout" in ev[(4, "+90%")]

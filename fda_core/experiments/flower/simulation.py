@@ -32,7 +32,7 @@ def num_environments(config: Mapping[str, Any]) -> int:
 
 
 def run_flower_simulation(*, faults: Mapping[int, str] | None = None, round_timeout: float = DEFAULT_ROUND_TIMEOUT,
-                          discovery_timeout: float = 120.0, workers: int = 2, verbose: bool = False,
+                          discovery_timeout: float = 120.0, workers: int = 1, verbose: bool = False,
                           **config: Any) -> dict[str, Any]:
     """Run one experiment (``config``: keys of :data:`fda_core.experiments.federated.DEFAULT_CONFIG`) in
     Flower's simulation engine and return its result in the format of
@@ -41,14 +41,15 @@ def run_flower_simulation(*, faults: Mapping[int, str] | None = None, round_time
 
     ``faults``: {partition-id: fault spec} for robustness drills (:mod:`.faults`); ``round_timeout``:
     seconds a round waits for replies; ``workers``: Ray workers (each runs virtual nodes one message at a
-    time with one torch thread); ``verbose``: Flower's INFO log (default: warnings only).
+    time with one torch thread; one starts fastest on a small machine, but a node that sleeps then blocks the
+    others: drills with slow nodes need two); ``verbose``: Flower's INFO log (default: errors only).
     """
     return simulate_many([config], faults=faults, round_timeout=round_timeout, discovery_timeout=discovery_timeout,
                          workers=workers, verbose=verbose)[0]
 
 
 def simulate_many(configs: Sequence[Mapping[str, Any]], *, faults: Mapping[int, str] | None = None,
-                  round_timeout: float = DEFAULT_ROUND_TIMEOUT, discovery_timeout: float = 120.0, workers: int = 2,
+                  round_timeout: float = DEFAULT_ROUND_TIMEOUT, discovery_timeout: float = 120.0, workers: int = 1,
                   verbose: bool = False) -> list[dict[str, Any]]:
     """Several experiments on one dataset in one start of the simulation engine (Ray starts once; the
     ServerApp runs them one after the other on the same virtual nodes). Arguments as

@@ -35,7 +35,7 @@ class RuntimeStudy:
 
 def run_runtime_study(configs: Sequence[Mapping[str, Any]], *, simulation: bool = True,
                       deployment_home: str | Path | None = None, round_timeout: float = DEFAULT_ROUND_TIMEOUT,
-                      workers: int = 2) -> RuntimeStudy:
+                      workers: int = 1) -> RuntimeStudy:
     """Run every config in process, then all of them in one start of Flower's simulation engine (when
     ``simulation``), then on one loopback deployment (when ``deployment_home`` is a folder: a SuperLink and
     one SuperNode per environment, the runs submitted one after the other). Each in-process result gets
