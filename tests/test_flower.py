@@ -123,6 +123,12 @@ def test_message_sizes_count_the_arrays(monkeypatch):
     double = Message(RecordDict({"arrays": ArrayRecord({"w": Array(np.zeros(2 * m, np.float32))})}), dst_node_id=2,
                      message_type=MessageType.TRAIN)
     assert message_bytes(double) - sent == 4 * m  # the headers do not grow with the array
+    # the content leaves out the message's own envelope (ids, timestamps): the same for any destination
+    content = message_bytes(msg, envelope=False)
+    assert content == sent - len(msg.deflate())
+    other = Message(RecordDict({"arrays": ArrayRecord({"w": Array(np.zeros(m, np.float32))})}),
+                    dst_node_id=2 ** 62 + 12345, message_type=MessageType.TRAIN)
+    assert message_bytes(other, envelope=False) == content and message_bytes(other) > sent
 
 
 def test_train_instruction_checks_name_the_field():

@@ -134,11 +134,16 @@ def parts_from_record(record: ArrayRecord, n_parts: int, m: int) -> Tensor:
     return torch.from_numpy(_check_array(record["parts"], "parts", (n_parts, m)).copy())
 
 
-def message_bytes(message: Message) -> int:
+def message_bytes(message: Message, *, envelope: bool = True) -> int:
     """Bytes of a message as Flower sends it: the sum of its serialized objects (the message, its records,
     arrays and array chunks, each counted once: Flower transfers an object once per message, by its
-    content hash). ``docs/flower.md`` § Communication."""
-    return sum(len(obj.deflate()) for obj in get_all_nested_objects(message).values())
+    content hash). ``envelope=False`` leaves out the message object itself (its metadata: node and message
+    ids, timestamps — a few hundred bytes whose length varies by a few bytes from run to run, the node ids
+    being random), keeping the content, which is the same in every run. ``docs/flower.md`` § Communication."""
+    objects = get_all_nested_objects(message)
+    if not envelope:
+        objects.pop(message.object_id, None)
+    return sum(len(obj.deflate()) for obj in objects.values())
 
 
 def payload_bytes(message: Message) -> int:

@@ -141,6 +141,7 @@ class FDAStrategy(Strategy):
         self.traffic.append({"round": rnd, "kind": kind, "direction": direction, "node_id": node_id,
                              "partition": n.partition if n else None, "env": n.env if n else None,
                              "role": n.role if n else None, "bytes": message_bytes(msg),
+                             "content_bytes": message_bytes(msg, envelope=False),
                              "payload_bytes": payload_bytes(msg), "time": time.perf_counter() - self._start})
 
     def _message(self, content: dict[str, Any], node_id: int, kind: str, rnd: int) -> Message:

@@ -107,7 +107,8 @@ def traffic_table(study: RuntimeStudy, runtime: str = "Flower simulation") -> pd
     for res in study.results.get(runtime, []):
         for t in res["flower"]["traffic"]:
             rows.append({"method": res["method"], "round": t["round"], "kind": t["kind"], "direction": t["direction"],
-                         "client": t["env"], "role": t["role"], "bytes": t["bytes"], "payload_bytes": t["payload_bytes"]})
+                         "client": t["env"], "role": t["role"], "bytes": t["bytes"], "content_bytes": t["content_bytes"],
+                         "payload_bytes": t["payload_bytes"]})
     return pd.DataFrame(rows)
 
 
@@ -115,10 +116,12 @@ def bytes_per_round(traffic: pd.DataFrame, study: RuntimeStudy) -> pd.DataFrame:
     """Bytes sent per round per client (rounds ≥ 1): ``down`` / ``up`` of the train messages (server → client
     / client → server; 0 when the client did not train), ``eval_down`` / ``eval_up`` of the evaluation (the
     target only), beside the count from the model size: ``model_bytes`` = 4m per model and ``parts_bytes`` =
-    4·B·m for the target's B per-batch updates when it sends them (``docs/flower.md`` § Communication)."""
+    4·B·m for the target's B per-batch updates when it sends them (``docs/flower.md`` § Communication).
+    The sizes are the messages' content (records, arrays, chunks), the same in every run; each message also
+    carries an envelope of about 130-170 bytes (ids, timestamps; the ``bytes`` of :func:`traffic_table`)."""
     t = traffic[traffic["round"] >= 1].assign(
         column=lambda d: d["direction"].where(d["kind"] == "train", "eval_" + d["direction"]))
-    table = (t.pivot_table(index=["method", "round", "client", "role"], columns="column", values="bytes",
+    table = (t.pivot_table(index=["method", "round", "client", "role"], columns="column", values="content_bytes",
                            aggfunc="sum", fill_value=0).reset_index())
     table.columns.name = None
     for col in ("down", "up", "eval_down", "eval_up"):
