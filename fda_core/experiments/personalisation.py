@@ -322,7 +322,9 @@ class KNNPer(Method):
         "temperature": Option(1.0, lambda v, n: check_number(v, n, 0.0, lo_open=True), lambda v: f"T={v:g}",
                               "temperature T of the distance kernel > 0"),
     }
-    gradient_rule = "source_only"
+    # Not a gradient rule: its training is FedAvg, but its prediction mixes in a kNN memory, which the synthetic
+    # phase-diagram trainer (it compares rules by their one-step gradient) cannot represent; None keeps it out.
+    gradient_rule = None
 
     def setup(self, run: Any) -> None:
         n = run.target["x_lab"].shape[0]
