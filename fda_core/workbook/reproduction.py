@@ -140,6 +140,13 @@ def _match_column(value: object, columns: Sequence[object]) -> object | None:
     return None
 
 
+def _verdict(trials: np.ndarray, mean: float, paper_value: float, ci: float, same_order: bool) -> str:
+    """The verdict of one row (``docs/reproduction.md`` § Verdicts): within noise needs ≥ MIN_TRIALS trials."""
+    if trials.size >= MIN_TRIALS and abs(mean - paper_value) <= ci:
+        return VERDICTS[0]
+    return VERDICTS[1] if same_order else VERDICTS[2]
+
+
 def _table_rows(spec: TableSpec, root: Path) -> list[dict]:
     got = _ours(spec, root)
     if got is None:
@@ -167,12 +174,7 @@ def _table_rows(spec: TableSpec, root: Path) -> list[dict]:
             trials = per[(pcol, m)]
             ci = ci95(trials)
             pv = float(paper.loc[m, pcol])
-            if trials.size >= MIN_TRIALS and abs(ours_mean[m] - pv) <= ci:
-                verdict = VERDICTS[0]
-            elif ours_rank[m] == paper_rank[m]:
-                verdict = VERDICTS[1]
-            else:
-                verdict = VERDICTS[2]
+            verdict = _verdict(trials, ours_mean[m], pv, ci, ours_rank[m] == paper_rank[m])
             rows.append({
                 "paper": spec.paper, "table": spec.where_in_paper, "setting": f"{spec.column or ''} {pcol}".strip(),
                 "method": m, "paper_value": round(pv, 2), "ours_mean": round(ours_mean[m], 2),
@@ -218,10 +220,8 @@ def _inb_rows(root: Path) -> list[dict]:
             continue
         x = g["iterations"].to_numpy(float)
         mean, ci, pv = float(x.mean()), ci95(x), float(paper.loc[variant, 100])
-        if x.size >= MIN_TRIALS and abs(mean - pv) <= ci:
-            verdict = VERDICTS[0]
-        else:  # no ranking among methods here: "same ordering" = within 5% of the paper's count
-            verdict = VERDICTS[1] if abs(mean - pv) / pv < 0.05 else VERDICTS[2]
+        # no ranking among methods here: "same ordering" = within 5% of the paper's count
+        verdict = _verdict(x, mean, pv, ci, abs(mean - pv) / pv < 0.05)
         rows.append({
             "paper": "Fed INB", "table": "Table 5 (multi-max-K-SW iterations, L10-K10-J100)",
             "setting": f"{run} ({option})", "method": variant, "paper_value": pv,
@@ -232,12 +232,6 @@ def _inb_rows(root: Path) -> list[dict]:
             "objective scale and data size change the Armijo search; see notebook 06",
         })
     return rows
-
-
-def _verdict(trials: np.ndarray, mean: float, paper_value: float, ci: float, same_order: bool) -> str:
-    if trials.size >= MIN_TRIALS and abs(mean - paper_value) <= ci:
-        return VERDICTS[0]
-    return VERDICTS[1] if same_order else VERDICTS[2]
 
 
 def _target_sample_rows(root: Path) -> list[dict]:
