@@ -252,8 +252,13 @@ def test_estimator_explorer_builds_without_a_browser(gauss):
     import matplotlib
 
     matplotlib.use("Agg")
-    panel = estimator_explorer(gauss, [2, 4], [8, 12], B=4, n=8, n_draws=20)
-    assert [c.description for c in panel.children[:2]] == ["B (parts)", "n (target points)"]
-    panel.children[1].value = 12  # 12 is not divisible by 4: a message, no exception
+    panel = estimator_explorer(gauss, [2, 4], [8, 10], B=4, n=8, n_draws=20)
+    assert [c.description for c in panel.controls.values()] == ["B (parts of the target set)", "n (target points)"]
+    before = panel.images["estimates"].value
+    panel.controls["n"].value = 10  # 10 is not divisible by 4: a message, no exception, the last plot kept
+    assert "do not split" in panel.error.value and panel.images["estimates"].value == before
+    panel.set(B=2)
+    assert panel.error.value == "" and panel.images["estimates"].value != before
+    assert "B = 2 parts of n = 10 target points" in panel.readout.value
     with pytest.raises(ValueError, match="initial"):
         estimator_explorer(gauss, [2, 4], [8], B=8, n=8)

@@ -13,7 +13,7 @@ from ..core.known_gradients import KnownGradientModel
 from ..experiments.estimator_checks import QUANTITIES, QUANTITY_LABELS, bonferroni_z, estimator_draws
 
 __all__ = ["plot_relative_means", "plot_z_scores", "plot_spread", "plot_clamping", "plot_auto_beta",
-           "plot_estimator_spread"]
+           "plot_estimator_spread", "draw_estimator_spread", "spread_layout"]
 
 
 def _panels(table: pd.DataFrame) -> list[tuple[str, Any]]:
@@ -229,21 +229,24 @@ def plot_auto_beta(table: pd.DataFrame, title: str | None = None, ax=None):
     return ax
 
 
-def plot_estimator_spread(model: KnownGradientModel, B: int, n: int, n_draws: int = 2000, seed: int = 0,
-                          level: float = 0.95, title: str | None = None):
-    """Histograms of the raw estimates at one (B, n) (:func:`estimator_draws`): the truth (black), the
-    Monte-Carlo mean with its ``level`` confidence interval (red band, per-panel z), the mean of the
-    estimate clamped at 0 (orange) and the negative region (grey). Returns ``(fig, draws)``, the
-    figure and the DataFrame of the draws plotted. The slider panel :func:`fda_core.viz.widgets.estimator_explorer`
-    redraws exactly this figure."""
-    import matplotlib.pyplot as plt
+def spread_layout(model: KnownGradientModel) -> tuple[int, int, int]:
+    """(panels, rows, columns) of the estimator histograms of ``model``: one panel for σ² and two per source
+    (d², τ²d²), at most three per row so that titles stay readable at a notebook's width."""
+    n_panels = 1 + 2 * int(model.source_grads.shape[0])
+    ncols = min(3, n_panels)
+    return n_panels, math.ceil(n_panels / ncols), ncols
 
+
+def draw_estimator_spread(fig, axes, model: KnownGradientModel, B: int, n: int, n_draws: int = 2000, seed: int = 0,
+                          level: float = 0.95, title: str | None = None) -> pd.DataFrame:
+    """Draw the histograms of :func:`plot_estimator_spread` into existing ``axes`` (one per panel, cleared
+    first) of ``fig``; returns the draws. The slider panel redraws its persistent figure with this."""
     draws = estimator_draws(model, B, n, n_draws, seed)
     panels = _panels(draws)
     ns = _n_sources(draws)
     z = bonferroni_z(len(panels), level)
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.3 * len(panels), 3.2), squeeze=False)
-    for ax, (q, s) in zip(axes[0], panels):
+    for ax, (q, s) in zip(axes, panels):
+        ax.cla()
         t = _sel(draws, q, s)
         x = t.estimate.to_numpy()
         truth = float(t.truth.iloc[0])
@@ -256,10 +259,29 @@ def plot_estimator_spread(model: KnownGradientModel, B: int, n: int, n_draws: in
         ax.axvline(mean, color="#c44e52", lw=1.5)
         ax.axvline(truth, color="k", lw=1.5, ls="--", label="truth")
         ax.axvline(float(t.clamped.mean()), color="#dd8452", lw=1.5, ls=":", label="mean clamped at 0")
-        ax.set_title(_title(q, s, ns), fontsize=9)
+        ax.set_title(_title(q, s, ns), fontsize=10)
         ax.set_xlabel("estimate")
         ax.set_yticks([])
-    axes[0][0].legend(fontsize=7)
-    fig.suptitle(title or f"raw estimates over {n_draws} target sets: B = {B} parts of n = {n} points", fontsize=10)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(title or f"raw estimates over {n_draws} target sets: B = {B} parts of n = {n} points", fontsize=11)
+    return draws
+
+
+def plot_estimator_spread(model: KnownGradientModel, B: int, n: int, n_draws: int = 2000, seed: int = 0,
+                          level: float = 0.95, title: str | None = None):
+    """Histograms of the raw estimates at one (B, n) (:func:`estimator_draws`): the truth (black), the
+    Monte-Carlo mean with its ``level`` confidence interval (red band, per-panel z), the mean of the
+    estimate clamped at 0 (orange) and the negative region (grey); at most three panels per row
+    (:func:`spread_layout`). Returns ``(fig, draws)``, the figure and the DataFrame of the draws plotted. The
+    slider panel :func:`fda_core.viz.widgets.estimator_explorer` draws the same histograms
+    (:func:`draw_estimator_spread`) into its own figure."""
+    import matplotlib.pyplot as plt
+
+    n_panels, nrows, ncols = spread_layout(model)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.6 * ncols, 2.9 * nrows), squeeze=False)
+    axes = axes.ravel()
+    for ax in axes[n_panels:]:
+        ax.set_visible(False)
+    draws = draw_estimator_spread(fig, axes[:n_panels], model, B, n, n_draws, seed, level, title)
     fig.tight_layout()
     return fig, draws
