@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed-stamp
 PIPQ   := 2>&1 | { grep -v "is neither a file nor a directory" || true; }; test $${PIPESTATUS[0]} -eq 0
 SHELL  := /bin/bash
 
-.PHONY: setup figures check-figures test test-fast benchmark clean
+.PHONY: setup figures check-figures test test-fast benchmark clean browser-setup
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,8 +35,12 @@ check-figures: setup
 	$(VENV)/bin/fda reproduction
 	git diff --exit-code --stat -- 'figures/*.csv'
 
-## tests (unit, property, Monte-Carlo, CLI, notebooks)
-test: setup
+## Debian's Chromium for the real-browser tests (Playwright cannot download its own browser here)
+browser-setup:
+	command -v chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+
+## tests (unit, property, Monte-Carlo, CLI, notebooks, real browser)
+test: setup browser-setup
 	$(PY) -m pytest -q
 
 test-fast: setup

@@ -161,7 +161,8 @@ def theory_explorer(beta: float = 0.5, delta_bar: float = 1.0, tau2: float = 0.5
     def readout(v: dict) -> str:
         p = point_values(v)
         return (f"β = {_num(v['beta'])} (source weight) · δ̄ = {_num(v['delta_bar'])} · τ̄² = {_num(v['tau2'])} · "
-                f"m = {v['m']} · grid up to d, σ = {_num(v['grid_max'])}<br>"
+                f"m = {v['m']} · grid up to d, σ = {_num(v['grid_max'])} · auto-weighted rules "
+                f"{'shown' if v['include_auto'] else 'hidden'}<br>"
                 f"at σ² = {_num(v['sigma2_point'])}, d² = {_num(v['d2_point'])}: optimal β FedDA "
                 f"{p['optimal']['fedda']:.3f}, FedGP {p['optimal']['fedgp']:.3f}; Δ² at the slider's β: FedDA "
                 f"{p['now']['fedda']:.3g}, FedGP {p['now']['fedgp']:.3g}")

@@ -180,6 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .flower_cli import add_flower_parser
 
     add_flower_parser(sub)
+    from .dashboards import add_dashboard_parser
+
+    add_dashboard_parser(sub)
     return parser
 
 
@@ -465,10 +468,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help (0) or a usage error (2): return instead of exiting
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     out, err = sys.stdout, sys.stderr
+    from .dashboards import cmd_dashboard
     from .flower_cli import cmd_flower
 
     commands = {"list": _cmd_list, "run": _cmd_run, "sweep": _cmd_sweep, "reproduction": _cmd_reproduction,
-                "flower": cmd_flower}
+                "flower": cmd_flower, "dashboard": cmd_dashboard}
     try:
         return commands[args.command](args, out, err)
     except ParameterError as exc:

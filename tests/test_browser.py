@@ -1,0 +1,140 @@
+"""The slider panels in a real browser: JupyterLab running notebooks 01–03 with their quick setting, and the
+four Voila dashboards. Every control is moved once; the panel must show the new value in its readout, a plot
+must change (the results browser's table chooser changes only the table), and no "Error displaying widget",
+JavaScript error or failed request to this machine may appear.
+
+Servers listen on 127.0.0.1 at free ports, have bounded start-up and run time, and are stopped by process id.
+Chromium is Debian's (``make test`` installs it when missing); marker ``browser`` (``make test-fast`` skips it).
+Set ``FDA_SCREENSHOTS=DIR`` to keep a screenshot of each page (the README's come from benchmarks/dashboards.py).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from fda_core.workbook.browser_checks import CHROMIUM, ConsoleWatch, exercise_panels, launch_chromium
+from fda_core.workbook.dashboards import (LocalServer, free_port, jupyterlab_command, list_dashboards,
+                                          prepare_notebook, start_dashboard)
+from fda_core.workbook.discovery import resolve_notebook
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: `apt-get install -y chromium` (make test does it)")
+    with playwright_api.sync_playwright() as p:
+        b = launch_chromium(p)
+        yield b
+        b.close()
+
+
+def _screenshot(page, name: str) -> None:
+    folder = os.environ.get("FDA_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(folder) / f"{name}.png"), full_page=True)
+
+
+def _check(page, watch: ConsoleWatch, expected_panels: int, skip_image: tuple[str, ...] = ()) -> list:
+    assert page.locator(".fda-panel").count() == expected_panels
+    moves = exercise_panels(page)
+    assert moves, "no controls found"
+    for m in moves:
+        where = f"{m.panel} / {m.control}: {m.before} -> {m.after}"
+        assert m.before != m.after, f"the control did not move: {where}"
+        assert m.readout_changed, f"readout unchanged: {where}"
+        assert m.shows_value, f"the readout does not show the new value: {where}"
+        if not any(m.control.startswith(s) for s in skip_image):
+            assert m.image_changed, f"no plot changed: {where}"
+    text = page.inner_text("body")
+    assert "Error displaying widget" not in text
+    assert not page.locator(".fda-panel .jp-RenderedText[data-mime-type='application/vnd.jupyter.stderr']").count()
+    assert not watch.errors, watch.errors
+    for m in moves:
+        print(f"  {m.panel[:40]:40s} {m.control[:28]:28s} {m.before} -> {m.after}: redraw seen after {m.seconds:.2f} s")
+    return moves
+
+
+# ------------------------------------------------------------------------------------------ JupyterLab
+
+NOTEBOOK_PANELS = {"01": 1, "02": 2, "03": 1}
+
+
+@pytest.fixture(scope="module")
+def jupyterlab(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lab")
+    for number in NOTEBOOK_PANELS:
+        prepare_notebook(resolve_notebook(number), {"quick": True}, root)
+    port = free_port()
+    server = LocalServer(jupyterlab_command(root, port), f"http://127.0.0.1:{port}/lab", root / "lab.log",
+                         probe=f"http://127.0.0.1:{port}/api/status")
+    server.start(timeout=120)
+    try:
+        yield server, root
+    finally:
+        server.stop()
+        shutil.rmtree(root / ".ipynb_checkpoints", ignore_errors=True)
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("number", list(NOTEBOOK_PANELS))
+def test_notebook_panels_in_jupyterlab(browser, jupyterlab, number):
+    server, root = jupyterlab
+    name = resolve_notebook(number).name
+    page = browser.new_page(viewport={"width": 1500, "height": 1100})
+    watch = ConsoleWatch().attach(page)
+    try:
+        page.goto(f"{server.url}/tree/{name}", timeout=120_000)
+        page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle'], .jp-Toolbar-kernelStatus",
+                               timeout=120_000)
+        page.get_by_role("menuitem", name="Run", exact=True).click()
+        page.get_by_text("Run All Cells", exact=True).click()
+        expected = NOTEBOOK_PANELS[number]
+        page.wait_for_function(f"document.querySelectorAll('.fda-panel img').length >= {expected}", timeout=300_000)
+        # every cell finished (no "[*]" prompt left)
+        page.wait_for_function("![...document.querySelectorAll('.jp-InputPrompt')].some(p => p.innerText.includes('*'))",
+                               timeout=300_000)
+        errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'] .ename, "
+                              ".jp-RenderedText[data-mime-type='application/vnd.jupyter.error']")
+        assert errors.count() == 0, errors.first.inner_text()
+        _check(page, watch, expected)
+        _screenshot(page, f"jupyterlab_{number}")
+    finally:
+        page.close()
+
+
+# ------------------------------------------------------------------------------------------ Voila
+
+DASHBOARD_PARAMETERS = {"theory": {}, "estimators": {"quick": True}, "phase_diagram": {"quick": True, "results_dir": ""},
+                        "results": {}}
+DASHBOARD_PANELS = {"theory": 1, "estimators": 1, "phase_diagram": 2, "results": 1}
+
+
+def test_every_dashboard_is_tested():
+    assert set(list_dashboards()) == set(DASHBOARD_PARAMETERS) == set(DASHBOARD_PANELS)
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("name", list(DASHBOARD_PARAMETERS))
+def test_dashboard_in_voila(browser, tmp_path, name):
+    server = start_dashboard(name, DASHBOARD_PARAMETERS[name], workdir=tmp_path, timeout=120)
+    page = browser.new_page(viewport={"width": 1500, "height": 1100})
+    watch = ConsoleWatch().attach(page)
+    try:
+        page.goto(server.url, timeout=300_000)
+        expected = DASHBOARD_PANELS[name]
+        page.wait_for_function(f"document.querySelectorAll('.fda-panel img').length >= {expected}", timeout=300_000)
+        _check(page, watch, expected, skip_image=("saved table",))
+        _screenshot(page, f"dashboard_{name}")
+    finally:
+        page.close()
+        server.stop()
