@@ -51,6 +51,7 @@ benchmark: setup
 	$(PY) benchmarks/phase_diagram.py
 	$(PY) benchmarks/federated.py
 	$(PY) benchmarks/inb.py
+	$(PY) benchmarks/dashboards.py --quick
 
 clean:
 	rm -rf executed .pytest_cache .hypothesis

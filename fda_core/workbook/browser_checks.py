@@ -82,14 +82,20 @@ def _images(panel: Any) -> list[bytes]:
     return [plots.nth(i).screenshot() for i in range(plots.count())]
 
 
-def _wait_readout(page: Any, readout: Any, old: str, timeout: float) -> float | None:
+def _wait_readout(page: Any, readout: Any, old: str, timeout: float, settle: float = 0.4) -> float | None:
+    """Seconds until ``readout`` shows a text other than ``old`` and keeps it for ``settle`` s (a panel whose
+    controls update each other may redraw twice); None after ``timeout`` s without a change."""
     started = time.perf_counter()
     deadline = started + timeout
+    changed_at, text = None, old
     while time.perf_counter() < deadline:
-        if readout.inner_text() != old:
-            return time.perf_counter() - started
+        now = readout.inner_text()
+        if now != text:
+            changed_at, text = time.perf_counter(), now
+        elif changed_at is not None and time.perf_counter() - changed_at >= settle:
+            return changed_at - started
         page.wait_for_timeout(20)
-    return None
+    return None if changed_at is None else changed_at - started
 
 
 def _move(page: Any, panel: Any, title: str, control: Any, kind: str, timeout: float) -> Move:
@@ -102,12 +108,16 @@ def _move(page: Any, panel: Any, title: str, control: Any, kind: str, timeout: f
     seconds = None
     if kind == "slider":
         handle = control.locator(".noUi-handle").first
-        for key in ("ArrowRight", "ArrowLeft"):  # the right end of the range: move left instead
+        pressed = time.perf_counter()
+        for key in ("ArrowRight", "ArrowLeft"):  # at the right end of the range the value cannot grow: go left
             handle.focus()
+            pressed = time.perf_counter()
             page.keyboard.press(key)
-            seconds = _wait_readout(page, readout, old, timeout)
-            if seconds is not None:
+            if _wait_readout(page, value_el, before, 3.0) is not None:
                 break
+        wait_start = time.perf_counter()
+        waited = _wait_readout(page, readout, old, timeout)
+        seconds = None if waited is None else (wait_start - pressed) + waited  # from the key press to the new readout
         after = value_el.inner_text()
     elif kind == "checkbox":
         box = control.locator("input[type=checkbox]")
