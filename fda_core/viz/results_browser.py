@@ -136,13 +136,17 @@ def results_explorer(results_dir: str | os.PathLike = "results", figures_dir: st
                             layout={"width": "520px"}),
     }
 
+    # options and value change in one message (hold_sync): sent apart, the front end would select an index of
+    # the old options and log "Error setting state"
     def on_experiment(change: dict) -> None:
-        controls["setting"].options = settings_of(change["new"])
+        with controls["setting"].hold_sync():
+            controls["setting"].options = settings_of(change["new"])
 
     def on_setting(change: dict) -> None:
         options = methods_of(controls["experiment"].value, change["new"] or "")
-        controls["methods"].options = options
-        controls["methods"].value = tuple(options)
+        with controls["methods"].hold_sync():
+            controls["methods"].options = options
+            controls["methods"].value = tuple(options)
 
     controls["experiment"].observe(on_experiment, names="value")
     controls["setting"].observe(on_setting, names="value")
