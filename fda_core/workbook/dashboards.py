@@ -156,7 +156,8 @@ def jupyterlab_command(root_dir: str | os.PathLike, port: int) -> list[str]:
     """JupyterLab on 127.0.0.1:``port`` serving ``root_dir``, without token (loopback only), no browser."""
     return [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
             f"--ServerApp.root_dir={root_dir}", "--IdentityProvider.token=", "--ServerApp.password=",
-            "--ServerApp.port_retries=0", "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+            "--ServerApp.port_retries=0", "--ServerApp.allow_root=True", "--LabApp.news_url=",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate", "--LabApp.extension_manager=readonly"]
 
 
 def start_dashboard(name: str, parameters: Mapping[str, Any] | None = None, *, port: int | None = None,
