@@ -98,7 +98,7 @@ def test_notebook_panels_in_jupyterlab(browser, jupyterlab, number):
     page = browser.new_page(viewport={"width": 1500, "height": 1100})
     watch = ConsoleWatch().attach(page)
     try:
-        page.goto(f"{server.url}/tree/{name}", timeout=120_000)
+        page.goto(f"{server.url}/tree/{name}?reset", timeout=120_000)  # ?reset: no tabs of the other tests
         page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
         page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle'], .jp-Toolbar-kernelStatus",
                                timeout=120_000)
