@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed-stamp
 PIPQ   := 2>&1 | { grep -v "is neither a file nor a directory" || true; }; test $${PIPESTATUS[0]} -eq 0
 SHELL  := /bin/bash
 
-.PHONY: setup figures check-figures test test-fast benchmark clean browser-setup
+.PHONY: setup figures check-figures test test-fast benchmark clean browser-setup book
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ check-figures: setup
 	$(VENV)/bin/fda run all --out executed -p recompute true
 	$(VENV)/bin/fda reproduction
 	git diff --exit-code --stat -- 'figures/*.csv'
+
+## static HTML site of the executed notebooks (run `make figures` first) -> executed/book/index.html
+book: setup
+	$(VENV)/bin/fda book --executed executed --out executed/book
 
 ## Debian's Chromium for the real-browser tests (Playwright cannot download its own browser here)
 browser-setup:

@@ -6,6 +6,7 @@ Usage::
     fda run NOTEBOOK... [-p NAME VALUE]... [-f params.yaml] [--out DIR] [--kernel NAME] [--cwd DIR]
                        [--stall-timeout SECONDS]
     fda sweep NOTEBOOK -f grid.yaml [--jobs K] [--out DIR] [-p NAME VALUE]... [--stall-timeout SECONDS]
+    fda book [--executed DIR] [--out DIR] [--allow-missing]   # static HTML site of the executed notebooks
 
 Also ``python -m fda_core ...``. The logic lives in :mod:`.discovery`, :mod:`.parameters`, :mod:`.runner`
 and :mod:`.sweeps` (stall watchdog: :mod:`.watchdog`; staged outputs: :mod:`.staging`); this module parses
@@ -147,6 +148,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p_rep.add_argument("--figures", type=Path, default=None, metavar="DIR", help="figures folder (default: the repo's)")
     p_rep.add_argument("--readme", action="store_true", help="also rewrite the README's reproduction summary")
+
+    p_book = sub.add_parser(
+        "book", formatter_class=_Formatter, help="render the executed notebooks as a static HTML site",
+        description="Render every executed notebook (NN_topic.ipynb in --executed, written by 'fda run all --out "
+        "executed') as one HTML page with nbconvert, with a contents page (index.html) and navigation bars; "
+        "images are embedded, so the folder works when copied. Prints the path of index.html. A notebook "
+        "without an executed copy is an error (exit 2) unless --allow-missing.",
+    )
+    p_book.add_argument("--executed", type=Path, default=None, metavar="DIR",
+                        help="folder of the executed notebooks (default: <repo>/executed)")
+    p_book.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help="folder for the site (default: <repo>/executed/book)")
+    p_book.add_argument("--allow-missing", action="store_true",
+                        help="build with the executed notebooks there are; list the others as not executed yet")
 
     p_sweep = sub.add_parser(
         "sweep", help="re-execute one notebook over parameter sets",
@@ -456,6 +471,20 @@ def _cmd_reproduction(args: argparse.Namespace, out: TextIO, err: TextIO) -> int
     return 0
 
 
+def _cmd_book(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from .book import build_book
+
+    executed = (args.executed or repo_root() / "executed").resolve()
+    target = (args.out or repo_root() / "executed" / "book").resolve()
+    try:
+        index = build_book(executed, target, allow_missing=args.allow_missing)
+    except FileNotFoundError as exc:
+        print(f"fda: {exc}", file=err)
+        return 2
+    print(index, file=out)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``fda`` / ``python -m fda_core``; returns the exit code (0, 1 or 2).
 
@@ -472,6 +501,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .flower_cli import cmd_flower
 
     commands = {"list": _cmd_list, "run": _cmd_run, "sweep": _cmd_sweep, "reproduction": _cmd_reproduction,
+                "book": _cmd_book,
                 "flower": cmd_flower, "dashboard": cmd_dashboard}
     try:
         return commands[args.command](args, out, err)
