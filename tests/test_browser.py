@@ -11,13 +11,13 @@ Set ``FDA_SCREENSHOTS=DIR`` to keep a screenshot of each page (the README's come
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 
 from fda_core.workbook.browser_checks import CHROMIUM, ConsoleWatch, exercise_panels, launch_chromium
-from fda_core.workbook.dashboards import (LocalServer, free_port, jupyterlab_command, list_dashboards,
+from fda_core.common.ports import free_port
+from fda_core.workbook.dashboards import (LocalServer, jupyterlab_command, list_dashboards,
                                           prepare_notebook, start_dashboard)
 from fda_core.workbook.discovery import resolve_notebook
 
@@ -87,7 +87,6 @@ def jupyterlab(tmp_path_factory):
         yield server, root
     finally:
         server.stop()
-        shutil.rmtree(root / ".ipynb_checkpoints", ignore_errors=True)
 
 
 @pytest.mark.timeout(900)

@@ -13,7 +13,8 @@ import pytest
 matplotlib.use("Agg")
 
 from fda_core.workbook.cli import main  # noqa: E402
-from fda_core.workbook.dashboards import LocalServer, free_port, list_dashboards, resolve_dashboard  # noqa: E402
+from fda_core.common.ports import free_port  # noqa: E402
+from fda_core.workbook.dashboards import LocalServer, list_dashboards, resolve_dashboard  # noqa: E402
 from fda_core.workbook.discovery import NotebookError, resolve_notebook  # noqa: E402
 from fda_core.workbook.parameters import default_values  # noqa: E402
 

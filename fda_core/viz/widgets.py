@@ -54,7 +54,9 @@ def theory_explorer(beta: float = 0.5, delta_bar: float = 1.0, tau2: float = 0.5
     widen their sliders, τ̄² = 0.57 gets a step of 0.01; β, δ̄, τ̄² outside [0, 1], m < 1, a grid range or a
     point ≤ 0 raise ``ValueError`` naming the parameter.
     """
+    import matplotlib.patches as mpatches
     from matplotlib.colors import ListedColormap
+    from matplotlib.lines import Line2D
 
     from ..core import theory
     from .plotting import method_color, method_display
@@ -102,8 +104,6 @@ def theory_explorer(beta: float = 0.5, delta_bar: float = 1.0, tau2: float = 0.5
         ax_map.set_ylim(0, g)
         point.set_data([math.sqrt(v["d2_point"])], [math.sqrt(v["sigma2_point"])])
         present = [r for r in ALL_THEORY_RULES if r in set(best.ravel())]
-        import matplotlib.patches as mpatches
-
         handles = [mpatches.Patch(color=method_color(r)) for r in present] + [point]
         ax_map.legend(handles, [method_display(r) for r in present] + ["(σ², d²) of the curves"], loc="upper left",
                       fontsize=7, framealpha=0.9)
@@ -149,8 +149,6 @@ def theory_explorer(beta: float = 0.5, delta_bar: float = 1.0, tau2: float = 0.5
         ax_c.relim()
         ax_c.autoscale_view(scalex=False)
         ax_c.set_ylim(bottom=0)
-        from matplotlib.lines import Line2D
-
         handles = [*lines.values(), target_line, source_line,
                    Line2D([], [], color="k", lw=1.5, label=f"β = {_num(v['beta'])} (slider)"),
                    Line2D([], [], color="0.3", ls=":", marker="o", label="optimal β")]

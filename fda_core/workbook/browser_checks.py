@@ -108,7 +108,6 @@ def _move(page: Any, panel: Any, title: str, control: Any, kind: str, timeout: f
     seconds = None
     if kind == "slider":
         handle = control.locator(".noUi-handle").first
-        pressed = time.perf_counter()
         for key in ("ArrowRight", "ArrowLeft"):  # at the right end of the range the value cannot grow: go left
             handle.focus()
             pressed = time.perf_counter()

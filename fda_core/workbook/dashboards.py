@@ -14,20 +14,21 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
+from urllib.parse import urlsplit
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..common.ports import free_port, listening
 from .discovery import NotebookError, notebooks_dir
 
-__all__ = ["dashboards_dir", "list_dashboards", "resolve_dashboard", "free_port", "prepare_notebook", "LocalServer",
+__all__ = ["dashboards_dir", "list_dashboards", "resolve_dashboard", "prepare_notebook", "LocalServer",
            "voila_command", "jupyterlab_command", "start_dashboard", "serve"]
 
 
@@ -48,13 +49,6 @@ def resolve_dashboard(name: str) -> Path:
     if name not in found:
         raise NotebookError(f"no dashboard {name!r}; available: {', '.join(found) or 'none'} (in {dashboards_dir()})")
     return found[name]
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def prepare_notebook(path: str | os.PathLike, parameters: Mapping[str, Any], out_dir: str | os.PathLike) -> Path:
@@ -101,11 +95,11 @@ class LocalServer:
                 raise RuntimeError(f"server exited with {self.process.returncode}: {self._tail()}")
             try:
                 if self.probe is None:
-                    from urllib.parse import urlsplit
-
                     parts = urlsplit(self.url)
-                    socket.create_connection((parts.hostname, parts.port), timeout=5).close()
-                    return self
+                    if listening(parts.port, parts.hostname):
+                        return self
+                    time.sleep(0.5)
+                    continue
                 with urllib.request.urlopen(self.probe, timeout=5):
                     return self
             except urllib.error.HTTPError:

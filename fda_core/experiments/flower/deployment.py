@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ from typing import Any
 
 from ...common.checks import check_int, check_number
 from ...common.files import atomic_write_json, atomic_write_text
+from ...common.ports import LOOPBACK, free_port, listening
 from .protocol import EXPERIMENT_JSON
 from .server_app import DEFAULT_ROUND_TIMEOUT
 
@@ -38,20 +38,6 @@ __all__ = ["APP_DIR", "CONNECTION", "LocalFederation", "run_flower_deployment", 
 APP_DIR = Path(__file__).resolve().parent / "app"
 #: Name of the SuperLink connection in the federation's Flower config (``flwr run APP_DIR fda-local``).
 CONNECTION = "fda-local"
-LOOPBACK = "127.0.0.1"
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (the OS's choice)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((LOOPBACK, 0))
-        return s.getsockname()[1]
-
-
-def _listening(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(0.5)
-        return s.connect_ex((LOOPBACK, port)) == 0
 
 
 def _bin(name: str) -> str:
@@ -202,7 +188,7 @@ class LocalFederation:
                                       "--host", LOOPBACK, "--port", str(http),
                                       "--fleet-api-address", f"{LOOPBACK}:{fleet}"])
             deadline = time.monotonic() + self.startup_timeout
-            while not (_listening(http) and _listening(fleet)):
+            while not (listening(http) and listening(fleet)):
                 if not self.alive("superlink"):
                     raise RuntimeError(f"the SuperLink exited at start; log: {self.log_tail('superlink')}")
                 if time.monotonic() > deadline:
