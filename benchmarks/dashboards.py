@@ -69,7 +69,9 @@ def in_process(moves: int) -> None:
 def in_browser(names: list[str], quick: bool, screenshots: Path | None) -> None:
     from playwright.sync_api import sync_playwright
 
-    from fda_core.workbook.browser_checks import ConsoleWatch, exercise_panels, launch_chromium
+    from fda_core.common.files import resolve_output
+    from fda_core.viz.results_browser import load_federated_runs
+    from fda_core.workbook.browser_checks import ConsoleWatch, exercise_panels, fill_demo_store, launch_chromium
     from fda_core.workbook.dashboards import start_dashboard
 
     parameters = {"estimators": {"quick": True} if quick else {},
@@ -78,6 +80,11 @@ def in_browser(names: list[str], quick: bool, screenshots: Path | None) -> None:
         browser = launch_chromium(p)
         for name in names:
             with tempfile.TemporaryDirectory() as work:
+                if name == "results" and (quick or load_federated_runs(resolve_output("results")).empty):
+                    # a fresh clone has no stored runs (the notebooks make them): browse a small real store
+                    print("(b) results: a small demo store (fill_demo_store), the repository's results/ is "
+                          + ("not used in --quick" if quick else "empty"))
+                    parameters["results"] = {"results_dir": str(fill_demo_store(Path(work) / "results"))}
                 server = start_dashboard(name, parameters.get(name, {}), workdir=work, timeout=120)
                 try:
                     page = browser.new_page(viewport={"width": 1500, "height": 1100})

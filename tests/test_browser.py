@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from fda_core.workbook.browser_checks import CHROMIUM, ConsoleWatch, exercise_panels, launch_chromium
+from fda_core.workbook.browser_checks import (CHROMIUM, ConsoleWatch, exercise_panels, fill_demo_store,
+                                              launch_chromium)
 from fda_core.common.ports import free_port
 from fda_core.workbook.dashboards import (LocalServer, jupyterlab_command, list_dashboards,
                                           prepare_notebook, start_dashboard)
@@ -119,8 +120,9 @@ def test_notebook_panels_in_jupyterlab(browser, jupyterlab, number):
 
 # ------------------------------------------------------------------------------------------ Voila
 
+# the results browser reads a small store made by the test (a clean clone has no results/: the notebooks fill it)
 DASHBOARD_PARAMETERS = {"theory": {}, "estimators": {"quick": True}, "phase_diagram": {"quick": True, "results_dir": ""},
-                        "results": {}}
+                        "results": {"results_dir": "<demo store>"}}
 DASHBOARD_PANELS = {"theory": 1, "estimators": 1, "phase_diagram": 2, "results": 1}
 
 
@@ -131,7 +133,10 @@ def test_every_dashboard_is_tested():
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("name", list(DASHBOARD_PARAMETERS))
 def test_dashboard_in_voila(browser, tmp_path, name):
-    server = start_dashboard(name, DASHBOARD_PARAMETERS[name], workdir=tmp_path, timeout=120)
+    parameters = dict(DASHBOARD_PARAMETERS[name])
+    if parameters.get("results_dir") == "<demo store>":
+        parameters["results_dir"] = str(fill_demo_store(tmp_path / "results"))
+    server = start_dashboard(name, parameters, workdir=tmp_path, timeout=120)
     page = browser.new_page(viewport={"width": 1500, "height": 1100})
     watch = ConsoleWatch().attach(page)
     try:
@@ -141,6 +146,24 @@ def test_dashboard_in_voila(browser, tmp_path, name):
         page.wait_for_load_state("networkidle")
         _check(page, watch, expected, skip_image=("saved table",))
         _screenshot(page, f"dashboard_{name}")
+    finally:
+        page.close()
+        server.stop()
+
+
+@pytest.mark.timeout(600)
+def test_results_dashboard_with_an_empty_store_says_what_to_do(browser, tmp_path):
+    """A fresh clone before `make figures`: the page says how to fill the store, and nothing fails."""
+    server = start_dashboard("results", {"results_dir": str(tmp_path / "empty")}, workdir=tmp_path, timeout=120)
+    page = browser.new_page(viewport={"width": 1500, "height": 1100})
+    watch = ConsoleWatch().attach(page)
+    try:
+        page.goto(server.url, timeout=300_000)
+        page.wait_for_function("document.querySelectorAll('.fda-panel').length >= 1", timeout=300_000)
+        page.wait_for_load_state("networkidle")
+        assert "make figures" in page.locator(".fda-panel .fda-readout").first.inner_text()
+        assert page.locator(".jp-OutputArea-output", has_text="Error displaying widget").count() == 0
+        assert not watch.errors, watch.errors
     finally:
         page.close()
         server.stop()

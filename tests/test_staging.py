@@ -178,3 +178,15 @@ def test_install_replaces_file_by_file(tmp_path: Path) -> None:
     empty = staging.Staging.create(staging.StagingPlan("d", tmp_path / "d", via_env=False), tmp_path / "out", "nb")
     assert empty.parameters({"a": 1}) == {"a": 1, "figures_dir": str(empty.folder)} and empty.kernel_env() == {}
     assert empty.keep(tmp_path / "out" / "nb.failed_outputs") is None and not empty.folder.exists()
+
+
+def test_project_root_is_found_from_outside_the_repository(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel started elsewhere (Voila's working folder, a user's notebook under /tmp) still resolves
+    ``figures``/``results`` under the workbook: the fallback is the folder holding the installed fda_core/."""
+    repo = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(tmp_path)
+    assert files.project_root() == repo
+    assert files.resolve_output("figures") == repo / "figures"
+    (tmp_path / "fda_core").mkdir()
+    (tmp_path / "notebooks").mkdir()
+    assert files.project_root() == tmp_path  # a workbook found upwards from cwd comes first

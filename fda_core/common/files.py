@@ -87,7 +87,7 @@ def project_root(start: str | os.PathLike | None = None) -> Path:
     for p in (here, *here.parents):
         if (p / "fda_core").is_dir() and (p / "notebooks").is_dir():
             return p
-    pkg_parent = Path(__file__).resolve().parent.parent
+    pkg_parent = Path(__file__).resolve().parents[2]  # fda_core/common/files.py -> the folder holding fda_core/
     if (pkg_parent / "notebooks").is_dir():
         return pkg_parent
     return here

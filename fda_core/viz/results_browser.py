@@ -177,6 +177,11 @@ def results_explorer(results_dir: str | os.PathLike = "results", figures_dir: st
     def readout(v: dict) -> str:
         sel = selected(v)
         parts = []
+        if runs.empty:
+            parts.append(f"<b>No stored runs in {html.escape(str(results_dir))}</b>: run the notebooks (make figures) "
+                         "first; the saved tables below are the committed ones.<br>")
+        elif not len(sel):
+            parts.append("<b>No method selected.</b><br>")
         if len(sel):
             parts.append(f"<b>Final target accuracy (%), {v['experiment']}, {html.escape(v['setting'])}</b>"
                          + _summary(sel).round(2).to_html())
