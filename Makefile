@@ -26,12 +26,12 @@ setup: $(STAMP)
 
 ## main job: execute all notebooks (default parameters) -> executed/ and figures/
 figures: setup
-	$(VENV)/bin/fda run all --out executed
+	$(VENV)/bin/fda run all --out executed --jobs 2
 	$(VENV)/bin/fda reproduction --readme
 
 ## regenerate every figure recomputing every run, then check the result CSVs are byte-identical to the committed ones
 check-figures: setup
-	$(VENV)/bin/fda run all --out executed -p recompute true
+	$(VENV)/bin/fda run all --out executed --jobs 2 -p recompute true
 	$(VENV)/bin/fda reproduction
 	git diff --exit-code --stat -- 'figures/*.csv'
 

@@ -138,6 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_run.add_argument("--out", type=Path, default=None, metavar="DIR",
                        help="folder for the executed copies (default: <repo>/executed)")
     p_run.add_argument("--keep-going", action="store_true", help="go on with the other notebooks after a failure")
+    p_run.add_argument("--jobs", "-j", type=int, default=1, metavar="K",
+                       help="notebooks executed at once (default: 1); each kernel then gets cpu_count/K threads "
+                       "(OMP_NUM_THREADS, unless set) and a notebook waits for those its metadata fda.after names")
     _add_exec_options(p_run)
 
     p_rep = sub.add_parser(
@@ -343,6 +346,8 @@ def _fmt_params(params: dict[str, Any]) -> str:
 
 
 def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if args.jobs < 1:
+        raise NotebookError(f"--jobs must be at least 1, got {args.jobs}")
     paths = resolve_notebooks(args.notebooks)
     typed: dict[str, Any] = {}
     for f in args.param_files:
@@ -366,29 +371,36 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     from tqdm.auto import tqdm
 
-    status = 0
+    from .schedule import kernel_threads_env, run_scheduled
+
+    env = kernel_threads_env(args.jobs)
+    if env:
+        print(f"fda run: {args.jobs} notebooks at a time, {env['OMP_NUM_THREADS']} thread(s) per kernel", file=err)
     bar = tqdm(total=len(paths), unit="notebook", desc="fda run", disable=args.no_progress or len(paths) < 2, file=err)
-    try:
-        for count, (path, params) in enumerate(zip(paths, plans), start=1):
-            bar.set_postfix_str(path.stem)
-            res = execute(path, out_dir / path.name, params, kernel_name=args.kernel, cwd=cwd,
-                          progress_bar=not args.no_progress, stall_timeout=args.stall_timeout or None)
-            bar.update(1)
-            if res.retried:
-                bar.write(f"warning: {path.stem}: {res.retried}; the notebook was re-executed with a fresh kernel", file=err)
-            if res.ok:
-                bar.write(f"ok {path.stem} ({res.seconds:.1f} s) -> {res.output}{_outputs_note(res)}", file=out)
-                continue
-            status = 1
+
+    def run_one(i: int) -> ExecutionResult:
+        return execute(paths[i], out_dir / paths[i].name, plans[i], kernel_name=args.kernel, cwd=cwd,
+                       progress_bar=not args.no_progress and args.jobs == 1, stall_timeout=args.stall_timeout or None,
+                       kernel_env=env or None)
+
+    def report(i: int, res: ExecutionResult) -> None:
+        bar.update(1)
+        if res.retried:
+            bar.write(f"warning: {paths[i].stem}: {res.retried}; the notebook was re-executed with a fresh kernel", file=err)
+        if res.ok:
+            bar.write(f"ok {paths[i].stem} ({res.seconds:.1f} s) -> {res.output}{_outputs_note(res)}", file=out)
+        else:
             bar.write("\n".join(_failure_lines(res)), file=err)
-            if not args.keep_going:
-                remaining = len(paths) - count
-                if remaining:
-                    bar.write(f"stopped: {remaining} notebook(s) not run (use --keep-going to run them anyway)", file=err)
-                break
+
+    try:
+        results = run_scheduled(paths, run_one, jobs=args.jobs, ok=lambda r: r.ok, keep_going=args.keep_going,
+                                on_result=report)
     finally:
         bar.close()
-    return status
+    remaining = len(paths) - len(results)
+    if remaining:
+        print(f"stopped: {remaining} notebook(s) not run (use --keep-going to run them anyway)", file=err)
+    return 0 if all(r.ok for r in results.values()) else 1
 
 
 # --------------------------------------------------------------------------------------------------

@@ -126,6 +126,7 @@ def execute(
     execution_timeout: int | None = None,
     stall_timeout: float | None = DEFAULT_STALL_TIMEOUT,
     stage_outputs: bool = True,
+    kernel_env: Mapping[str, str] | None = None,
 ) -> ExecutionResult:
     """Execute ``notebook`` with papermill and write the executed copy to ``output`` atomically.
 
@@ -149,6 +150,9 @@ def execute(
     as the notebook resolves it) file by file with ``os.replace`` only when the whole notebook succeeded;
     after a failure the real folder is untouched and the partial outputs are kept in
     :func:`failed_outputs_path` (see :mod:`.staging`).
+
+    ``kernel_env``: variables added to the kernel's environment (e.g. ``OMP_NUM_THREADS`` when several
+    notebooks run at once, :func:`.schedule.kernel_threads_env`).
     """
     import papermill
     from papermill.exceptions import PapermillExecutionError
@@ -181,7 +185,7 @@ def execute(
                     start_timeout=start_timeout,
                     execution_timeout=execution_timeout,
                     stall_timeout=stall_timeout,
-                    kernel_env=staging.kernel_env() if staging is not None else None,
+                    kernel_env={**(kernel_env or {}), **(staging.kernel_env() if staging is not None else {})} or None,
                     resources={"metadata": {"path": str(work_dir)}},
                 )
             except KernelStallError as exc:

@@ -1,0 +1,102 @@
+"""Running several notebooks at once: ``fda run all --jobs 2`` (the main job on a 2-core machine).
+
+A notebook may declare in its metadata that it must run after others of the same run::
+
+    "metadata": {"fda": {"after": ["06"]}}        # numbers or stems, as on the command line
+
+(notebook 08 reads the translators notebook 06 stores; started together, both would fit them). Notebooks start
+in their order as soon as a worker is free and every notebook they come after has finished (a failed one counts
+as finished: the later notebook computes what it needs itself). After a failure no new notebook starts unless
+``keep_going``; those running finish.
+
+With ``jobs`` kernels side by side each kernel gets ``cpu_count // jobs`` threads (``OMP_NUM_THREADS``, which
+torch reads at start-up), unless the caller's environment already sets ``OMP_NUM_THREADS``: two kernels of
+two threads each on two cores wait on each other's OpenMP barriers. Thread counts can change the last digits
+of a CPU result (the order of a parallel sum); the Makefile's ``make figures`` always uses ``--jobs 2``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+from pathlib import Path
+from typing import Callable, Sequence, TypeVar
+
+__all__ = ["declared_after", "kernel_threads_env", "run_scheduled"]
+
+R = TypeVar("R")
+
+
+def declared_after(path: str | os.PathLike) -> list[str]:
+    """The notebooks ``path`` must run after (its metadata ``fda.after``: numbers or stems), as written."""
+    with open(path, encoding="utf-8") as f:
+        meta = json.load(f).get("metadata", {})
+    after = meta.get("fda", {}).get("after", [])
+    if not isinstance(after, list) or not all(isinstance(a, str) for a in after):
+        raise ValueError(f"{Path(path).name}: metadata fda.after must be a list of notebook numbers or stems, got {after!r}")
+    return after
+
+
+def _matches(spec: str, path: Path) -> bool:
+    return path.stem == spec or path.stem.split("_", 1)[0] == spec
+
+
+def _predecessors(paths: Sequence[Path]) -> list[set[int]]:
+    """For each notebook, the indices of the earlier notebooks of this run it must wait for."""
+    before: list[set[int]] = []
+    for i, path in enumerate(paths):
+        wanted = declared_after(path)
+        before.append({j for spec in wanted for j, other in enumerate(paths[:i]) if _matches(spec, other)})
+    return before
+
+
+def kernel_threads_env(jobs: int, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment added to each kernel when ``jobs`` run at once: ``OMP_NUM_THREADS`` (and MKL's) set to
+    ``cpu_count // jobs`` (at least 1); nothing for one job or when ``OMP_NUM_THREADS`` is already set."""
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    environ = os.environ if environ is None else environ
+    if jobs == 1 or "OMP_NUM_THREADS" in environ:
+        return {}
+    threads = str(max(1, (os.cpu_count() or 1) // jobs))
+    return {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+
+
+def run_scheduled(paths: Sequence[Path], run_one: Callable[[int], R], *, jobs: int = 1,
+                  ok: Callable[[R], bool] = lambda r: True, keep_going: bool = False,
+                  on_result: Callable[[int, R], None] | None = None) -> dict[int, R]:
+    """Run ``run_one(i)`` for every notebook ``paths[i]``, ``jobs`` at a time, in order, each after the notebooks
+    it declares (:func:`declared_after`). ``on_result(i, result)`` is called as each finishes (in the calling
+    thread). After a result that is not ``ok`` nothing new starts unless ``keep_going``. Returns the results by
+    index (notebooks never started are missing)."""
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    before = _predecessors(paths)
+    results: dict[int, R] = {}
+    waiting = list(range(len(paths)))
+    running: dict[concurrent.futures.Future[R], int] = {}
+    stopped = False
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="fda-run")
+    try:
+        while waiting or running:
+            if not stopped:
+                for i in list(waiting):
+                    if len(running) >= jobs:
+                        break
+                    if before[i] <= results.keys():
+                        waiting.remove(i)
+                        running[pool.submit(run_one, i)] = i
+            if not running:
+                break  # stopped, or (cannot happen: dependencies point backwards) nothing can start
+            done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+            for fut in sorted(done, key=lambda f: running[f]):
+                i = running.pop(fut)
+                results[i] = fut.result()
+                if on_result is not None:
+                    on_result(i, results[i])
+                if not ok(results[i]) and not keep_going:
+                    stopped = True
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return results
