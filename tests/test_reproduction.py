@@ -69,6 +69,26 @@ def test_same_ordering_and_average_column(tmp_path):
     assert (table["trials"] == 1).all()
 
 
+def test_personalisation_baselines_are_a_table_of_their_own(tmp_path):
+    """Notebook 04's baselines file: rows for the paper's Table-1 baselines, ranked among themselves
+    (paper Avg: Ditto 50.92 > KNN-per 48.85 > APFL 45.20 > FedRep 44.52)."""
+    rows = []
+    for method, accs in {"Ditto": (70, 72, 30), "FedRep": (40, 45, 20), "APFL": (60, 50, 10),
+                         "KNN-per": (65, 70, 12)}.items():
+        for target, acc in zip(("+90%", "+80%", "-90%"), accs):
+            rows.append({"method": method, "trial": 0, "target": target, "final_acc": 0.0, "last5_acc": acc})
+    _write_runs(tmp_path / "04_real_data" / "coloredmnist_baselines.csv", rows)
+    table = reproduction_table(tmp_path)
+    assert set(table["table"]) == {"Table 1 (ColoredMNIST, personalisation baselines)"}
+    avg = table[table["setting"] == "target Avg"].set_index("method")
+    assert sorted(avg.index) == ["APFL", "Ditto", "FedRep", "KNN-per"] and (avg["n_methods"] == 4).all()
+    assert avg.loc["Ditto", "ours_mean"] == pytest.approx(172 / 3, abs=0.01)  # last5_acc, not final_acc
+    assert avg.loc["Ditto", "paper_value"] == pytest.approx(50.92)
+    # ours: Ditto 57.3 > KNN-per 49 > APFL 40 > FedRep 35, the paper's order
+    assert avg["rank_ours"].to_dict() == {"Ditto": 1, "FedRep": 4, "APFL": 3, "KNN-per": 2}
+    assert set(avg["verdict"]) == {"same ordering"}  # one seed: never "within noise"
+
+
 def test_write_and_readme(tmp_path):
     _write_runs(tmp_path / "05_semi_synthetic" / "projection_filtering.csv",
                 [{"method": "FedDA", "trial": t, "noise_std": 0.4, "final_acc": 58.0 + t} for t in range(2)])
