@@ -391,6 +391,7 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             bar.write(f"ok {paths[i].stem} ({res.seconds:.1f} s) -> {res.output}{_outputs_note(res)}", file=out)
         else:
             bar.write("\n".join(_failure_lines(res)), file=err)
+        out.flush()  # a log file sees each notebook as it finishes
 
     try:
         results = run_scheduled(paths, run_one, jobs=args.jobs, ok=lambda r: r.ok, keep_going=args.keep_going,
