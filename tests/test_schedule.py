@@ -11,14 +11,17 @@ import nbformat
 import pytest
 
 from fda_core.workbook.cli import main
-from fda_core.workbook.schedule import declared_after, kernel_threads_env, run_scheduled
+from fda_core.workbook.schedule import (declared_after, declared_minutes, kernel_threads_env, run_scheduled,
+                                        start_order)
 
 
-def _nb(path: Path, after: list[str] | None = None, body: str = "pass") -> Path:
+def _nb(path: Path, after: list[str] | None = None, body: str = "pass", minutes: float | None = None) -> Path:
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     if after is not None:
         nb.metadata["fda"] = {"after": after}
+    if minutes is not None:
+        nb.metadata.setdefault("fda", {})["minutes"] = minutes
     cell = nbformat.v4.new_code_cell("out_file: str = ''  # where to write")
     cell.metadata["tags"] = ["parameters"]
     nb.cells = [cell, nbformat.v4.new_code_cell(body)]
@@ -56,6 +59,26 @@ def test_two_jobs_run_side_by_side_and_respect_after(tmp_path):
     assert results == {0: 0, 1: 1, 2: 2, 3: 3}
     assert seen_running_with == {0: True, 1: True}
     assert finished.index(0) < finished.index(2)
+
+
+def test_the_longest_chain_of_work_starts_first(tmp_path):
+    """01 (1 min) feeds 04 (5 min): chain 6 > 03's 5 > 02's 2; 05 has no hint (1 min)."""
+    paths = [_nb(tmp_path / "01_a.ipynb", minutes=1), _nb(tmp_path / "02_b.ipynb", minutes=2),
+             _nb(tmp_path / "03_c.ipynb", minutes=5), _nb(tmp_path / "04_d.ipynb", ["01"], minutes=5),
+             _nb(tmp_path / "05_e.ipynb")]
+    assert declared_minutes(paths[4]) == 1.0
+    assert start_order(paths) == [0, 2, 3, 1, 4]
+    started: list[int] = []
+    run_scheduled(paths, started.append, jobs=2)
+    assert set(started[:2]) == {0, 2} and started.index(0) < started.index(3)
+    started.clear()
+    run_scheduled(paths, started.append, jobs=1)
+    assert started == [0, 1, 2, 3, 4]  # one at a time: the given order
+    with pytest.raises(ValueError, match="fda.minutes"):
+        declared_minutes(_nb(tmp_path / "06_f.ipynb", minutes=0))
+    repo = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    assert all(declared_minutes(p) > 0 for p in repo)
+    assert repo[start_order(repo)[0]].stem == "06_inb_translation"  # 06 and then 08: the longest chain
 
 
 def test_a_failure_stops_new_starts_unless_keep_going(tmp_path):

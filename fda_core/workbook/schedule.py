@@ -4,10 +4,13 @@ A notebook may declare in its metadata that it must run after others of the same
 
     "metadata": {"fda": {"after": ["06"]}}        # numbers or stems, as on the command line
 
-(notebook 08 reads the translators notebook 06 stores; started together, both would fit them). Notebooks start
-in their order as soon as a worker is free and every notebook they come after has finished (a failed one counts
-as finished: the later notebook computes what it needs itself). After a failure no new notebook starts unless
-``keep_going``; those running finish.
+(notebook 08 reads the translators notebook 06 stores; started together, both would fit them), and how long it
+takes at its defaults on the reference 2-core CPU, ``"minutes": 12`` (a scheduling hint, measured with
+``fda run all --jobs 2`` and kept in the notebook; unknown: 1). A notebook starts as soon as a worker is free and
+every notebook it comes after has finished (a failed one counts as finished: the later notebook computes what it
+needs itself); among those ready, the one with the longest chain of work ahead (its minutes plus the longest
+chain of notebooks waiting on it) goes first, so that long chains start early; ties keep the notebooks' order.
+After a failure no new notebook starts unless ``keep_going``; those running finish.
 
 With ``jobs`` kernels side by side each kernel gets ``cpu_count // jobs`` threads (``OMP_NUM_THREADS``, which
 torch reads at start-up), unless the caller's environment already sets ``OMP_NUM_THREADS``: two kernels of
@@ -23,16 +26,30 @@ import os
 from pathlib import Path
 from typing import Callable, Sequence, TypeVar
 
-__all__ = ["declared_after", "kernel_threads_env", "run_scheduled"]
+__all__ = ["declared_after", "declared_minutes", "kernel_threads_env", "run_scheduled", "start_order"]
 
 R = TypeVar("R")
 
 
+def _fda_metadata(path: str | os.PathLike) -> dict:
+    with open(path, encoding="utf-8") as f:
+        meta = json.load(f).get("metadata", {}).get("fda", {})
+    if not isinstance(meta, dict):
+        raise ValueError(f"{Path(path).name}: metadata fda must be a mapping, got {meta!r}")
+    return meta
+
+
+def declared_minutes(path: str | os.PathLike) -> float:
+    """The notebook's run time at its defaults, in minutes (metadata ``fda.minutes``; 1 when not given)."""
+    minutes = _fda_metadata(path).get("minutes", 1)
+    if isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or not minutes > 0:
+        raise ValueError(f"{Path(path).name}: metadata fda.minutes must be a number > 0, got {minutes!r}")
+    return float(minutes)
+
+
 def declared_after(path: str | os.PathLike) -> list[str]:
     """The notebooks ``path`` must run after (its metadata ``fda.after``: numbers or stems), as written."""
-    with open(path, encoding="utf-8") as f:
-        meta = json.load(f).get("metadata", {})
-    after = meta.get("fda", {}).get("after", [])
+    after = _fda_metadata(path).get("after", [])
     if not isinstance(after, list) or not all(isinstance(a, str) for a in after):
         raise ValueError(f"{Path(path).name}: metadata fda.after must be a list of notebook numbers or stems, got {after!r}")
     return after
@@ -51,6 +68,22 @@ def _predecessors(paths: Sequence[Path]) -> list[set[int]]:
     return before
 
 
+def _chain_minutes(paths: Sequence[Path], before: list[set[int]]) -> list[float]:
+    """Per notebook: its minutes plus the longest chain of notebooks of this run that wait on it."""
+    own = [declared_minutes(p) for p in paths]
+    chain = own[:]
+    for i in reversed(range(len(paths))):  # waiting notebooks come later in the run
+        later = [chain[j] for j in range(i + 1, len(paths)) if i in before[j]]
+        chain[i] = own[i] + max(later, default=0.0)
+    return chain
+
+
+def start_order(paths: Sequence[Path]) -> list[int]:
+    """The order in which notebooks start when every worker is free and nothing waits (longest chain first)."""
+    chain = _chain_minutes(paths, _predecessors(paths))
+    return sorted(range(len(paths)), key=lambda i: (-chain[i], i))
+
+
 def kernel_threads_env(jobs: int, environ: dict[str, str] | None = None) -> dict[str, str]:
     """The environment added to each kernel when ``jobs`` run at once: ``OMP_NUM_THREADS`` (and MKL's) set to
     ``cpu_count // jobs`` (at least 1); nothing for one job or when ``OMP_NUM_THREADS`` is already set."""
@@ -66,15 +99,17 @@ def kernel_threads_env(jobs: int, environ: dict[str, str] | None = None) -> dict
 def run_scheduled(paths: Sequence[Path], run_one: Callable[[int], R], *, jobs: int = 1,
                   ok: Callable[[R], bool] = lambda r: True, keep_going: bool = False,
                   on_result: Callable[[int, R], None] | None = None) -> dict[int, R]:
-    """Run ``run_one(i)`` for every notebook ``paths[i]``, ``jobs`` at a time, in order, each after the notebooks
-    it declares (:func:`declared_after`). ``on_result(i, result)`` is called as each finishes (in the calling
+    """Run ``run_one(i)`` for every notebook ``paths[i]``, ``jobs`` at a time, longest chain of work first
+    (:func:`declared_minutes`; one job: in the given order), each after the notebooks it declares (:func:`declared_after`). ``on_result(i, result)`` is called as each finishes (in the calling
     thread). After a result that is not ``ok`` nothing new starts unless ``keep_going``. Returns the results by
     index (notebooks never started are missing)."""
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     before = _predecessors(paths)
+    chain = _chain_minutes(paths, before)
     results: dict[int, R] = {}
-    waiting = list(range(len(paths)))
+    # one at a time the order cannot shorten the run: keep the user's
+    waiting = sorted(range(len(paths)), key=lambda i: (-chain[i], i)) if jobs > 1 else list(range(len(paths)))
     running: dict[concurrent.futures.Future[R], int] = {}
     stopped = False
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="fda-run")
