@@ -56,6 +56,7 @@ benchmark: setup
 	$(PY) benchmarks/federated.py
 	$(PY) benchmarks/inb.py
 	$(PY) benchmarks/dashboards.py --quick
+	$(PY) benchmarks/main_job.py
 
 clean:
 	rm -rf executed .pytest_cache .hypothesis

@@ -125,3 +125,26 @@ def test_fda_run_jobs_2(tmp_path, monkeypatch, capsys):
     assert "2 notebooks at a time" in captured.err
     assert json.loads((tmp_path / "threads.json").read_text()) == kernel_threads_env(2, {})["OMP_NUM_THREADS"]
     assert (out / "01_a.ipynb").exists() and (out / "02_b.ipynb").exists()
+
+
+@pytest.mark.timeout(300)
+def test_main_job_benchmark_smoke(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    d = tmp_path / "notebooks"
+    d.mkdir()
+    for name in ("01_a", "02_b"):
+        nb = nbformat.v4.new_notebook()
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        cell = nbformat.v4.new_code_cell("figures_dir: str = 'figures/x'  # output folder")
+        cell.metadata["tags"] = ["parameters"]
+        nb.cells = [cell, nbformat.v4.new_code_cell("sum(i * i for i in range(10**5))")]
+        nbformat.write(nb, d / f"{name}.ipynb")
+    monkeypatch.setenv("FDA_NOTEBOOKS", str(d))
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "main_job.py"
+    spec = importlib.util.spec_from_file_location("main_job_benchmark", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--notebooks", "01", "02"]) == 0
+    out = capsys.readouterr().out
+    assert "one at a time" in out and "01_a" in out and "02_b" in out and "ratio (i)/(ii):" in out
