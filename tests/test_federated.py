@@ -471,3 +471,20 @@ def test_a_users_aggregation_rule_is_part_of_the_code_revision():
         assert federated.code_revision_of("fedgp") == federated.code_revision_of("fedda")  # package code only
     finally:
         aggregation.RULES.pop("test_edited_rule")
+
+
+def test_setting_note_does_not_depend_on_key_order():
+    """A run computed now (config in resolution order) and the same run read back from the store (JSON with
+    sorted keys) give the same CSV note: regenerating from a partly filled store is byte-identical."""
+    import json
+
+    fresh = [{"method": "FedGP", "config": {"rounds": 8, "seed": s, "rule": "fedgp", "device": "cpu",
+                                            "method_options": {"projection": "cosine", "beta": 0.5},
+                                            "dataset_options": {"noise_std": 0.4, "data_root": None}}}
+             for s in (0, 1)]
+    stored = json.loads(json.dumps(fresh, sort_keys=True))
+    assert list(stored[0]["config"]) != list(fresh[0]["config"])  # the orders differ ...
+    note = tables.setting_note(fresh)
+    assert note == tables.setting_note(stored)  # ... the notes do not
+    assert "same for every run: dataset_options={data_root: None, noise_std: 0.4}, rounds=8" in note
+    assert "varies: seed in [0, 1]" in note and "fedgp{beta: 0.5, projection: cosine}" in note

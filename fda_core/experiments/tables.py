@@ -85,8 +85,8 @@ def timings_table(results: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:g}"
-    if isinstance(value, Mapping):
-        return "{" + ", ".join(f"{k}: {_fmt(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, Mapping):  # sorted: a run read back from the store (JSON, sorted keys) reads the same
+        return "{" + ", ".join(f"{k}: {_fmt(v)}" for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))) + "}"
     return str(value)
 
 
@@ -94,11 +94,13 @@ def setting_note(results: Sequence[Mapping[str, Any]], *, paper: str = "") -> st
     """The setting of a set of runs, generated from the resolved configs that actually ran (so a CSV's note
     can never describe other settings than its numbers'): the number of runs; the config keys that are
     the same for every run; the keys that vary, with their values; each method's spec; and ``paper`` (how
-    the papers' setting differs) on a last line. Wall-clock times are not included."""
+    the papers' setting differs) on a last line. Keys are sorted (the order configs were written in does not
+    matter). Wall-clock times are not included."""
     if not results:
         return "no runs" + (f"\n{paper}" if paper else "")
     configs = [dict(r["config"]) for r in results]
-    keys = list(dict.fromkeys(k for c in configs for k in c if k not in ("device", "rule", "method_options")))
+    # sorted, so that the note is the same whether the runs were computed now or read back from the store
+    keys = sorted({k for c in configs for k in c if k not in ("device", "rule", "method_options")})
     same, varying = [], []
     for k in keys:
         values = [_fmt(c.get(k)) for c in configs]
