@@ -3,6 +3,7 @@ network, and fitted translators kept beside the result store (translation.transl
 
 import math
 
+import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
@@ -310,3 +311,20 @@ def test_dg_plan_checks_its_parameters():
                      (dict(n_dg_per_class=500), "n_dg_per_class")]:
         with pytest.raises(ValueError, match=name):
             dg.resolve_plan(**kw)
+
+
+def test_table3_rows_do_not_depend_on_the_records_key_order():
+    """A FedDIRT run read back from the store (JSON, sorted keys) gives Table 3 in the same row order as one
+    computed now: unseen angles in order, training digits before held-out digits."""
+    import json
+
+    from fda_core.experiments.translation.dg_study import table3_long
+
+    final = {"75": 70.0, "90": 40.0, "75 held-out": 66.0, "90 held-out": 38.0, "iteration": 160, "syncs": 160,
+             "params": 1}
+    fresh = [{"label": "FedAvg", "period": 1, "iterations": 160, "final": dict(final)} for _ in range(2)]
+    stored = json.loads(json.dumps(fresh, sort_keys=True))
+    assert list(stored[0]["final"]) != list(fresh[0]["final"])
+    a, b = table3_long(fresh, "L10-K10"), table3_long(stored, "L10-K10")
+    assert list(a.domain) == ["75", "90", "75 held-out", "90 held-out"]
+    pd.testing.assert_frame_equal(a, b)

@@ -297,8 +297,20 @@ def _paper_row(label: str, translator: str) -> str | None:
     return None
 
 
+def _domain_order(name: str) -> tuple:
+    """Unseen angles in increasing order, the training digits' before the held-out digits' ("75", "90",
+    "75 held-out", "90 held-out"), whatever order a record's keys came in (a record read back from the store is
+    JSON with sorted keys)."""
+    first = name.split()[0]
+    try:
+        angle = float(first)
+    except ValueError:
+        angle = float("inf")
+    return (name.endswith("held-out"), angle, name)
+
+
 def _domains(records: Sequence[Mapping[str, Any]]) -> list[str]:
-    return [k for k in records[0]["final"] if k not in ("iteration", "syncs", "params")]
+    return sorted((k for k in records[0]["final"] if k not in ("iteration", "syncs", "params")), key=_domain_order)
 
 
 def table3_long(records: Sequence[Mapping[str, Any]], translator: str, dataset: str = "mnist") -> pd.DataFrame:
