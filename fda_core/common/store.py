@@ -80,13 +80,15 @@ class ResultStore:
 
     def cached(self, experiment: str, config: dict[str, Any], compute: Callable[[], Any],
                revision: str | None = None) -> Any:
-        """``load`` if finished (by the same code revision), else ``compute()``, ``save`` and return it."""
+        """``load`` if finished (by the same code revision), else ``compute()``, ``save`` and return it as a later
+        ``load`` will (JSON types, keys sorted): tables built from it are then the same, byte for byte, whether the
+        runs were computed now or read back."""
         found = self.load(experiment, config, revision)
         if found is not None:
             return found
         result = compute()
         self.save(experiment, config, result, revision)
-        return result
+        return json.loads(json.dumps(result, sort_keys=True, default=str))
 
     def summary(self, experiment: str | None = None) -> str:
         """One line per experiment: runs reused (and the code revisions they came from), computed, stale."""

@@ -522,12 +522,8 @@ def run_many(configs: Iterable[Mapping[str, Any]], *, store: Any = None, experim
         key = store_key(c)
         if store is not None and c["rule"] not in revisions:
             revisions[c["rule"]] = code_revision_of(c["rule"])
-        rev = revisions.get(c["rule"])
-        res = store.load(experiment, key, rev) if store is not None else None
-        if res is None:
-            res = run_experiment(**c)
-            if store is not None:
-                store.save(experiment, key, res, rev)
+        res = (store.cached(experiment, key, lambda: run_experiment(**c), revisions[c["rule"]]) if store is not None
+               else run_experiment(**c))
         res = {**res, "labels": dict(lab)}
         out.append(res)
         if on_result:
