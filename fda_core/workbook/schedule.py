@@ -26,6 +26,8 @@ import os
 from pathlib import Path
 from typing import Callable, Sequence, TypeVar
 
+from .discovery import resolve_notebook
+
 __all__ = ["declared_after", "declared_minutes", "kernel_threads_env", "run_scheduled", "start_order"]
 
 R = TypeVar("R")
@@ -39,49 +41,55 @@ def _fda_metadata(path: str | os.PathLike) -> dict:
     return meta
 
 
+def _minutes(meta: dict, name: str) -> float:
+    minutes = meta.get("minutes", 1)
+    if isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or not minutes > 0:
+        raise ValueError(f"{name}: metadata fda.minutes must be a number > 0, got {minutes!r}")
+    return float(minutes)
+
+
+def _after(meta: dict, name: str) -> list[str]:
+    after = meta.get("after", [])
+    if not isinstance(after, list) or not all(isinstance(a, str) for a in after):
+        raise ValueError(f"{name}: metadata fda.after must be a list of notebook numbers or stems, got {after!r}")
+    return after
+
+
 def declared_minutes(path: str | os.PathLike) -> float:
     """The notebook's run time at its defaults, in minutes (metadata ``fda.minutes``; 1 when not given)."""
-    minutes = _fda_metadata(path).get("minutes", 1)
-    if isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or not minutes > 0:
-        raise ValueError(f"{Path(path).name}: metadata fda.minutes must be a number > 0, got {minutes!r}")
-    return float(minutes)
+    return _minutes(_fda_metadata(path), Path(path).name)
 
 
 def declared_after(path: str | os.PathLike) -> list[str]:
     """The notebooks ``path`` must run after (its metadata ``fda.after``: numbers or stems), as written."""
-    after = _fda_metadata(path).get("after", [])
-    if not isinstance(after, list) or not all(isinstance(a, str) for a in after):
-        raise ValueError(f"{Path(path).name}: metadata fda.after must be a list of notebook numbers or stems, got {after!r}")
-    return after
+    return _after(_fda_metadata(path), Path(path).name)
 
 
-def _matches(spec: str, path: Path) -> bool:
-    return path.stem == spec or path.stem.split("_", 1)[0] == spec
-
-
-def _predecessors(paths: Sequence[Path]) -> list[set[int]]:
-    """For each notebook, the indices of the earlier notebooks of this run it must wait for."""
+def _plan(paths: Sequence[Path]) -> tuple[list[set[int]], list[float]]:
+    """Per notebook (metadata read once): the indices of the earlier notebooks of this run it waits for, and its
+    chain of work, its minutes plus the longest chain of the notebooks of this run that wait on it. A name in
+    ``fda.after`` is resolved as on the command line (:func:`.discovery.resolve_notebook`, in the notebook's folder)."""
+    resolved = [Path(p).resolve() for p in paths]
     before: list[set[int]] = []
+    own: list[float] = []
     for i, path in enumerate(paths):
-        wanted = declared_after(path)
-        before.append({j for spec in wanted for j, other in enumerate(paths[:i]) if _matches(spec, other)})
-    return before
-
-
-def _chain_minutes(paths: Sequence[Path], before: list[set[int]]) -> list[float]:
-    """Per notebook: its minutes plus the longest chain of notebooks of this run that wait on it."""
-    own = [declared_minutes(p) for p in paths]
+        meta = _fda_metadata(path)
+        own.append(_minutes(meta, Path(path).name))
+        wanted = {resolve_notebook(spec, Path(path).parent).resolve() for spec in _after(meta, Path(path).name)}
+        before.append({j for j in range(i) if resolved[j] in wanted})
     chain = own[:]
     for i in reversed(range(len(paths))):  # waiting notebooks come later in the run
-        later = [chain[j] for j in range(i + 1, len(paths)) if i in before[j]]
-        chain[i] = own[i] + max(later, default=0.0)
-    return chain
+        chain[i] = own[i] + max((chain[j] for j in range(i + 1, len(paths)) if i in before[j]), default=0.0)
+    return before, chain
+
+
+def _longest_chain_first(chain: list[float]) -> list[int]:
+    return sorted(range(len(chain)), key=lambda i: (-chain[i], i))
 
 
 def start_order(paths: Sequence[Path]) -> list[int]:
     """The order in which notebooks start when every worker is free and nothing waits (longest chain first)."""
-    chain = _chain_minutes(paths, _predecessors(paths))
-    return sorted(range(len(paths)), key=lambda i: (-chain[i], i))
+    return _longest_chain_first(_plan(paths)[1])
 
 
 def kernel_threads_env(jobs: int, environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -100,16 +108,15 @@ def run_scheduled(paths: Sequence[Path], run_one: Callable[[int], R], *, jobs: i
                   ok: Callable[[R], bool] = lambda r: True, keep_going: bool = False,
                   on_result: Callable[[int, R], None] | None = None) -> dict[int, R]:
     """Run ``run_one(i)`` for every notebook ``paths[i]``, ``jobs`` at a time, longest chain of work first
-    (:func:`declared_minutes`; one job: in the given order), each after the notebooks it declares (:func:`declared_after`). ``on_result(i, result)`` is called as each finishes (in the calling
-    thread). After a result that is not ``ok`` nothing new starts unless ``keep_going``. Returns the results by
+    (:func:`declared_minutes`; one job: in the given order), each after the notebooks it declares
+    (:func:`declared_after`). ``on_result(i, result)`` is called as each finishes (in the calling thread). After a result that is not ``ok`` nothing new starts unless ``keep_going``. Returns the results by
     index (notebooks never started are missing)."""
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
-    before = _predecessors(paths)
-    chain = _chain_minutes(paths, before)
+    before, chain = _plan(paths)
     results: dict[int, R] = {}
     # one at a time the order cannot shorten the run: keep the user's
-    waiting = sorted(range(len(paths)), key=lambda i: (-chain[i], i)) if jobs > 1 else list(range(len(paths)))
+    waiting = _longest_chain_first(chain) if jobs > 1 else list(range(len(paths)))
     running: dict[concurrent.futures.Future[R], int] = {}
     stopped = False
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="fda-run")
