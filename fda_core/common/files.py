@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_write", "atomic_write_text", "atomic_write_json", "write_table", "run_metadata", "project_root",
+__all__ = ["atomic_write", "atomic_write_text", "atomic_write_json", "write_table", "read_note", "run_metadata", "project_root",
            "resolve_output", "output_destination", "output_dir", "STAGING_ENV", "timings_path", "write_timings"]
 
 #: Environment variable through which ``fda run`` / ``fda sweep`` hand :func:`output_dir` a staging folder:
@@ -60,6 +60,18 @@ def write_table(path: str | os.PathLike, table: Any, note: str | None = None) ->
     paper's) becomes leading ``# `` comment lines (read back with ``pd.read_csv(path, comment="#")``)."""
     header = "".join(f"# {line}\n" for line in (note or "").splitlines())
     return atomic_write_text(path, header + table.to_csv(index=False))
+
+
+def read_note(path: str | os.PathLike) -> list[str]:
+    """The note of a table written by :func:`write_table`: one string per leading ``#`` line (the table itself:
+    ``pd.read_csv(path, comment="#")``)."""
+    note = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if not line.startswith("#"):
+                break
+            note.append(line[1:].strip())
+    return note
 
 
 def run_metadata(**config: Any) -> dict[str, Any]:

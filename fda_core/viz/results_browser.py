@@ -20,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..common.files import read_note
 from .panels import FigurePanel
 
 __all__ = ["load_federated_runs", "list_saved_tables", "read_saved_table", "results_explorer"]
@@ -88,13 +89,7 @@ def list_saved_tables(figures_dir: str | os.PathLike, notebooks: tuple[str, ...]
 def read_saved_table(figures_dir: str | os.PathLike, name: str) -> tuple[pd.DataFrame, str]:
     """A committed table and its note (the leading ``#`` lines)."""
     path = Path(figures_dir) / name
-    note = []
-    with path.open() as fh:
-        for line in fh:
-            if not line.startswith("#"):
-                break
-            note.append(line[1:].strip())
-    return pd.read_csv(path, comment="#"), " ".join(note)
+    return pd.read_csv(path, comment="#"), " ".join(read_note(path))
 
 
 def _summary(runs: pd.DataFrame) -> pd.DataFrame:

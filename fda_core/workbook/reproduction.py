@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..common.files import write_table
+from ..common.files import read_note, write_table
 from ..experiments.methods import paper_label
 from ..experiments.paper_numbers import paper_table
 
@@ -48,10 +48,6 @@ def ci95(values: Sequence[float]) -> float:
     from scipy import stats
 
     return float(stats.t.ppf(0.975, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
-
-
-def _notes(path: Path) -> list[str]:
-    return [line[1:].strip() for line in path.read_text().splitlines() if line.startswith("#")]
 
 
 def _read(path: Path) -> pd.DataFrame:
@@ -131,7 +127,7 @@ def _ours(spec: TableSpec, root: Path) -> tuple[pd.DataFrame, str] | None:
         runs["col"] = "all"
     else:
         runs["col"] = runs[spec.column]
-    return runs, _setting_line(_notes(path))
+    return runs, _setting_line(read_note(path))
 
 
 def _match_column(value: object, columns: Sequence[object]) -> object | None:
@@ -218,7 +214,7 @@ def _inb_rows(root: Path) -> list[dict]:
     if not path.exists():
         return []
     its, paper = _read(path), paper_table("INBIterations")
-    setting = next((line for line in _notes(path) if line.startswith("Setting:")), "")
+    setting = next((line for line in read_note(path) if line.startswith("Setting:")), "")
     rows: list[dict] = []
     for (run, variant, option), g in its.groupby(["run", "variant", "option"], sort=False):
         if variant not in paper.index or "-J100" not in str(run):
@@ -248,7 +244,7 @@ def _target_sample_rows(root: Path) -> list[dict]:
         return []
     runs, paper = _read(path), paper_table("TargetSamples")
     runs = runs.assign(paper_method=runs["method"].map(paper_label))
-    setting = _setting_line(_notes(path))
+    setting = _setting_line(read_note(path))
     rows: list[dict] = []
     for (noise, n), g in runs.groupby(["noise_std", "n_target_labeled"], sort=True):
         methods = [m for m in ("FedDA", "FedGP") if f"{m} {float(noise):g}" in paper.columns and int(n) in paper.index
@@ -283,7 +279,7 @@ def _inb_order_rows(root: Path) -> list[dict]:
     if not path.exists():
         return []
     summary = _read(path).dropna(subset=["fig2a_rank", "paper_fig2a_rank"])
-    setting = next((line for line in _notes(path) if line.startswith("Setting:")), "")
+    setting = next((line for line in read_note(path) if line.startswith("Setting:")), "")
     rows: list[dict] = []
     for _, r in summary.iterrows():
         ours_rank, paper_rank = int(r["fig2a_rank"]), int(r["paper_fig2a_rank"])
