@@ -85,6 +85,22 @@ def test_compare_methods_beside_the_paper_and_bad_plot(tmp_path):
         compare_methods(["fedgpx"], BASE, across="target", experiment="c", progress=False)
 
 
+def test_compare_methods_statistic_is_a_named_option_stated_in_the_notes(tmp_path):
+    """``value`` picks the per-run statistic the table shows (the auto-weighted paper's last-5 mean or the
+    final round); the notes say which, and an unknown one is refused before any run."""
+    kw = dict(across="target", targets=["e0"], seeds=[0, 1], experiment="s", progress=False)
+    base = {**BASE, "rounds": 7, "source_lr": 0.05}
+    final = compare_methods(["fedgp"], base, **kw)
+    last5 = compare_methods(["fedgp"], base, value="last5_acc", out_dir=tmp_path, table_name="t", **kw)
+    assert final.means.loc["FedGP", "e0"] == pytest.approx(final.runs["final_acc"].mean())
+    assert last5.means.loc["FedGP", "e0"] == pytest.approx(last5.runs["last5_acc"].mean())
+    assert last5.runs["last5_acc"].tolist() != last5.runs["final_acc"].tolist()  # the two statistics differ here
+    assert "(final_acc)" in final.note and "(last5_acc;" in last5.note
+    assert "(last5_acc;" in (tmp_path / "t.csv").read_text()
+    with pytest.raises(ValueError, match="value must be one of"):
+        compare_methods(["fedgp"], BASE, value="best_acc", **kw)
+
+
 def test_ordering_lines_hand_made():
     """The per-setting ordering and the FedGP verdict, from a hand-made means table."""
     import pandas as pd

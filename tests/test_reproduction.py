@@ -89,6 +89,23 @@ def test_personalisation_baselines_are_a_table_of_their_own(tmp_path):
     assert set(avg["verdict"]) == {"same ordering"}  # one seed: never "within noise"
 
 
+def test_the_report_compares_the_statistic_the_table_reported(tmp_path):
+    """A per-run file whose notes say its table reported the final round is compared by final_acc (and the
+    setting column says so); without that note the paper's statistic (last-5 mean) is used."""
+    rows = []
+    for method, accs in {"Source only": (50, 60, 20), "FedGP (cosine)": (90, 80, 88)}.items():
+        for target, acc in zip(("+90%", "+80%", "-90%"), accs):
+            rows.append({"method": method, "trial": 0, "target": target, "final_acc": acc, "last5_acc": acc - 10})
+    path = tmp_path / "04_real_data" / "coloredmnist_accuracy.csv"
+    _write_runs(path, rows, note="same for every run: rounds=8\n# Ours: target test accuracy (%) after the last "
+                                 "round (final_acc), mean over the seeds.")
+    row = reproduction_table(tmp_path).set_index(["setting", "method"]).loc[("target +90%", "FedGP")]
+    assert row["ours_mean"] == 90 and "ours: final_acc (paper: last5_acc)" in row["setting_difference"]
+    _write_runs(path, rows, note="same for every run: rounds=8")
+    row = reproduction_table(tmp_path).set_index(["setting", "method"]).loc[("target +90%", "FedGP")]
+    assert row["ours_mean"] == 80 and "paper:" not in row["setting_difference"]
+
+
 def test_write_and_readme(tmp_path):
     _write_runs(tmp_path / "05_semi_synthetic" / "projection_filtering.csv",
                 [{"method": "FedDA", "trial": t, "noise_std": 0.4, "final_acc": 58.0 + t} for t in range(2)])

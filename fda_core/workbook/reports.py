@@ -25,7 +25,15 @@ from ..experiments.paper_numbers import beside_paper, paper_setting, paper_table
 from ..experiments.tables import beta_table, results_table, setting_note, summary_table, timings_table
 from ..viz.plotting import plot_accuracy_vs_shift, plot_beta_grid, plot_method_bars, save_figure
 
-__all__ = ["Comparison", "compare_methods", "auto_beta_report"]
+__all__ = ["Comparison", "compare_methods", "auto_beta_report", "STATISTICS"]
+
+#: The per-run statistics a comparison can tabulate (columns of
+#: :func:`fda_core.experiments.tables.results_table`), as the CSV notes describe them.
+STATISTICS = {
+    "final_acc": "target test accuracy (%) after the last round (final_acc)",
+    "last5_acc": "target test accuracy (%) averaged over the last 5 rounds (last5_acc; the auto-weighted paper's "
+                 "statistic, docs/experiments.md)",
+}
 
 
 @dataclass
@@ -81,6 +89,7 @@ def compare_methods(
     seeds: Sequence[int] = (0,),
     variants: Sequence[Mapping[str, Any]] = ({},),
     by: str = "method",
+    value: str = "final_acc",
     average: bool = True,
     paper: str | None = None,
     note: str = "",
@@ -106,6 +115,9 @@ def compare_methods(
         store: a :class:`ResultStore`, a folder, or None (no store).
         targets, seeds, variants: the grid (:func:`fda_core.experiments.federated.sweep_configs`).
         by: the table's rows: ``"method"`` (display labels) or another label column (e.g. ``"rule"``).
+        value: the statistic of each run tabulated and plotted: ``"final_acc"`` (target accuracy after the
+            last round) or ``"last5_acc"`` (mean over the last 5 rounds, the auto-weighted paper's statistic);
+            the CSV notes say which (:data:`STATISTICS`).
         average: keep the ``Avg`` column (mean over the columns).
         paper: the name of a published table (:mod:`fda_core.experiments.paper_numbers`) put beside ours.
         note: more lines for the CSV notes (e.g. the data's description), after the setting generated from the
@@ -118,26 +130,29 @@ def compare_methods(
         timings_stem: write the runs' wall-clock seconds to ``executed/timings/<timings_stem>/<name>.csv``
             (never into the result CSVs).
     """
+    if value not in STATISTICS:
+        raise ValueError(f"value must be one of {sorted(STATISTICS)}, got {value!r}")
     configs, labels = sweep_configs(base, methods, targets=targets, seeds=seeds, variants=variants)
     if store is not None and not isinstance(store, ResultStore):
         store = ResultStore(store)
     results = run_many(configs, store=store, experiment=experiment, labels=labels, progress=progress)
     runs = results_table(results)
     order = list(dict.fromkeys(get_method(m).display_label for m in methods)) if by == "method" else None
-    formatted, means, stds = summary_table(runs, by=(by,), across=across, order=order)
+    formatted, means, stds = summary_table(runs, by=(by,), across=across, value=value, order=order)
     if not average:
         formatted, means, stds = formatted.drop(columns="Avg"), means.drop(columns="Avg"), stds.drop(columns="Avg")
     table = _beside_paper(means, paper) if paper else means.round(2)
-    extra = "\n".join(x for x in (note, paper_setting(paper) if paper else "") if x)
+    extra = "\n".join(x for x in (note, f"Ours: {STATISTICS[value]}, mean over the seeds.",
+                                   paper_setting(paper) if paper else "") if x)
     note = setting_note(results, paper=extra)
     comparison = Comparison(results, runs, formatted, means, stds, table, note,
                             store_summary=store.summary(experiment) if store is not None else "no result store")
     if plot is not None:
         fig, ax = plt.subplots(figsize=(9, 3.8) if plot == "bars" else (6.5, 4))
         if plot == "bars":
-            plot_method_bars(runs, across=across, methods=order, ax=ax, paper=paper_table(paper) if paper else None)
+            plot_method_bars(runs, across=across, value=value, methods=order, ax=ax, paper=paper_table(paper) if paper else None)
         elif plot == "lines":
-            plot_accuracy_vs_shift(runs, across, methods=order, hue=by, ax=ax, invert=invert_x, log_x=log_x)
+            plot_accuracy_vs_shift(runs, across, value=value, methods=order, hue=by, ax=ax, invert=invert_x, log_x=log_x)
         else:
             raise ValueError(f"plot must be 'bars', 'lines' or None, got {plot!r}")
         if title:

@@ -29,6 +29,7 @@ import pandas as pd
 from ..common.files import read_note, write_table
 from ..experiments.methods import paper_label
 from ..experiments.paper_numbers import paper_table
+from .reports import STATISTICS
 
 __all__ = ["TableSpec", "TABLES", "VERDICTS", "MIN_TRIALS", "reproduction_table", "write_reproduction", "markdown_table",
            "ci95", "README_BEGIN", "README_END", "update_readme"]
@@ -65,13 +66,26 @@ def _setting_line(notes: list[str]) -> str:
     return ""
 
 
+def _statistic(notes: list[str], default: str) -> str:
+    """The per-run column a result CSV's table reported, from its ``Ours: ... (final_acc ...)`` note line
+    (:data:`fda_core.workbook.reports.STATISTICS`), so the report compares the number the notebook's table
+    shows; ``default`` (the paper's statistic) for a file whose notes do not say."""
+    for line in notes:
+        if line.startswith("Ours: "):
+            for column in STATISTICS:
+                if f"({column}" in line:
+                    return column
+    return default
+
+
 @dataclass(frozen=True)
 class TableSpec:
     """How one published table maps onto one of our per-run CSVs.
 
     ``key``: the paper table (:data:`fda_core.experiments.paper_numbers.PAPER`); ``csv``: our per-run file
     under ``figures/``; ``column``: the CSV column whose values are the paper table's columns (None: one
-    column); ``value``: the accuracy column; ``average``: the paper's "Avg" column is the mean over the
+    column); ``value``: the paper's statistic, the accuracy column used when the file's notes do not name the
+    one its table reported; ``average``: the paper's "Avg" column is the mean over the
     other columns; ``where``: rows of the CSV to use (column → value); ``reason``: why a row can differ
     (the evidence in words; the numbers are in the row)."""
 
@@ -122,12 +136,17 @@ def _ours(spec: TableSpec, root: Path) -> tuple[pd.DataFrame, str] | None:
             return None
         runs = runs[runs[col].astype(str) == str(val)]
     runs = runs.assign(paper_method=runs["method"].map(paper_label))
-    runs["acc"] = runs[spec.value].astype(float)
+    notes = read_note(path)
+    statistic = _statistic(notes, spec.value)
+    runs["acc"] = runs[statistic].astype(float)
     if spec.column is None:
         runs["col"] = "all"
     else:
         runs["col"] = runs[spec.column]
-    return runs, _setting_line(read_note(path))
+    setting = _setting_line(notes)
+    if statistic != spec.value:
+        setting += f"; ours: {statistic} (paper: {spec.value})"
+    return runs, setting
 
 
 def _match_column(value: object, columns: Sequence[object]) -> object | None:
