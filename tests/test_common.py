@@ -51,3 +51,19 @@ def test_checks_name_the_parameter_and_range():
         check_number(0.0, "fraction", 0.0, 1.0, lo_open=True)
     with pytest.raises(ValueError, match="finite"):
         check_number(float("nan"), "x")
+
+
+def test_timings_of_a_quick_run_never_replace_the_default_runs(tmp_path, monkeypatch):
+    """Timings go under executed/timings/<stem>/, a quick run's under executed/quick/timings/<stem>/."""
+    import pandas as pd
+
+    from fda_core.common import files
+
+    monkeypatch.setattr(files, "project_root", lambda: tmp_path)
+    default = files.write_timings("nb", "runs", pd.DataFrame({"seconds": [1.0]}))
+    quick = files.write_timings("nb", "runs", pd.DataFrame({"seconds": [2.0]}), quick=True)
+    assert default == tmp_path / "executed" / "timings" / "nb" / "runs.csv"
+    assert quick == tmp_path / "executed" / "quick" / "timings" / "nb" / "runs.csv"
+    assert "1.0" in default.read_text() and "2.0" in quick.read_text()
+    with pytest.raises(ValueError, match="plain names"):
+        files.timings_path("a/b", "runs")

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 import torch
 
-from fda_core.common.files import project_root
+from fda_core.common import files
 from fda_core.common.store import ResultStore
 from fda_core.data import datasets
 from fda_core.workbook.reports import auto_beta_report, compare_methods
@@ -39,7 +39,8 @@ BASE = dict(dataset="TestBlobs", rounds=3, warmup_rounds=1, n_target_labeled=24,
             source_batch_size=32)
 
 
-def test_compare_methods_writes_table_figure_and_generated_notes(tmp_path):
+def test_compare_methods_writes_table_figure_and_generated_notes(tmp_path, monkeypatch):
+    monkeypatch.setattr(files, "project_root", lambda: tmp_path)  # timings into tmp_path, not the checkout
     store = ResultStore(tmp_path / "results")
     a = compare_methods(["fedgp", {"fedgp": {"beta": 1.0}}, "fedgp_auto", "target_only"], {**BASE, "source_lr": 0.02},
                         across="target", targets=["e0", "e2"], seeds=[0, 1], experiment="a", store=store,
@@ -56,7 +57,7 @@ def test_compare_methods_writes_table_figure_and_generated_notes(tmp_path):
     assert table.loc["FedGP (β=1)", "e2"] == pytest.approx(a.means.loc["FedGP (β=1)", "e2"], abs=0.005)
     for ext in ("png", "pdf", "csv"):
         assert (tmp_path / "fig" / f"a_fig.{ext}").exists()
-    assert (project_root() / "executed" / "timings" / "test_reports" / "a_table.csv").exists()
+    assert (tmp_path / "executed" / "timings" / "test_reports" / "a_table.csv").exists()
     assert "0 run(s) reused" in a.store_summary and "16 computed" in a.store_summary
     # a second comparison with other settings writes its own settings, never the first one's
     b = compare_methods(["fedda"], {**BASE, "source_lr": 0.05, "rounds": 2}, across="target", targets=["e1"],

@@ -164,17 +164,19 @@ def _staging_folder(dest: Path) -> Path | None:
     return Path(staged) if isinstance(staged, str) and staged else None
 
 
-def timings_path(stem: str, name: str) -> Path:
-    """Where wall-clock timings of a notebook's runs go: ``<repo>/executed/timings/<stem>/<name>.csv``.
+def timings_path(stem: str, name: str, quick: bool = False) -> Path:
+    """Where wall-clock timings of a notebook's runs go: ``<repo>/executed/timings/<stem>/<name>.csv``, or
+    ``<repo>/executed/quick/timings/<stem>/<name>.csv`` for a quick run (tests, a user trying the notebook), so
+    that a quick run never replaces the timings of a default run (as its figures go under ``executed/quick/``).
 
     Timings differ on every run, so they are kept out of the result CSVs under ``figures/`` (which are
     byte-identical when regenerated on the same platform) and out of the repository (``executed/`` is
     git-ignored)."""
     if not stem or "/" in stem or not name or "/" in name:
         raise ValueError(f"stem and name must be plain names, got {stem!r}, {name!r}")
-    return project_root() / "executed" / "timings" / stem / f"{name}.csv"
+    return project_root() / "executed" / ("quick/timings" if quick else "timings") / stem / f"{name}.csv"
 
 
-def write_timings(stem: str, name: str, table: Any, note: str | None = None) -> Path:
+def write_timings(stem: str, name: str, table: Any, note: str | None = None, *, quick: bool = False) -> Path:
     """Write a table of wall-clock timings to :func:`timings_path` (atomically, with an optional note)."""
-    return write_table(timings_path(stem, name), table, note)
+    return write_table(timings_path(stem, name, quick), table, note)

@@ -102,6 +102,7 @@ def compare_methods(
     log_x: bool = False,
     invert_x: bool = False,
     timings_stem: str | None = None,
+    quick: bool = False,
     progress: bool = True,
 ) -> Comparison:
     """Run every (variant × target × method × seed) through the result store and report it.
@@ -128,7 +129,7 @@ def compare_methods(
         plot: ``"bars"`` (grouped bars per value of ``across``, the paper's numbers as ticks), ``"lines"``
             (accuracy against ``across``, one line per row), or None.
         timings_stem: write the runs' wall-clock seconds to ``executed/timings/<timings_stem>/<name>.csv``
-            (never into the result CSVs).
+            (never into the result CSVs); with ``quick`` (a quick run) under ``executed/quick/timings/``.
     """
     if value not in STATISTICS:
         raise ValueError(f"value must be one of {sorted(STATISTICS)}, got {value!r}")
@@ -167,7 +168,7 @@ def compare_methods(
         if runs_name:
             comparison.files.append(write_table(out / f"{runs_name}.csv", runs, note))
     if timings_stem:
-        write_timings(timings_stem, table_name or figure_name or experiment, timings_table(results))
+        write_timings(timings_stem, table_name or figure_name or experiment, timings_table(results), quick=quick)
     return comparison
 
 
