@@ -284,6 +284,14 @@ def test_07_numbers(out_root):
     assert set(curves["round"]) == {1, 2} and curves["acc"].between(0, 100).all()
     verdicts = _read(figures / "verdicts.csv")
     assert set(verdicts["verdict"]) <= {"same direction", "opposite direction", "ours within noise", "no paper number"}
+    # the pace check: FedAvg Finetune and GP without warm-up (the table's runs) and after 1 warm-up round (quick)
+    pace = _read(figures / "pace_check.csv")
+    assert set(zip(pace["row"], pace["warm-up rounds"])) == {(r, w) for r in ("FedAvg Finetune", "FedAvg Finetune GP")
+                                                              for w in (0, 1)}
+    table6 = _read(figures / "table_NonIIDMNIST.csv").set_index("row")
+    no_warmup = pace[pace["warm-up rounds"] == 0].set_index("row")
+    assert np.allclose(no_warmup.loc[table6.index.drop("FedAvg"), "acc"], table6.loc[table6.index.drop("FedAvg"), "acc"],
+                       atol=1e-3)  # the same runs as the table's
 
 
 def test_08_numbers(out_root):
