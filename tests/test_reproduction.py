@@ -144,6 +144,22 @@ def test_readme_table_is_generated_from_the_committed_report():
     assert markdown_table(table) in text
 
 
+def test_committed_report_is_regenerated_from_the_committed_result_files(tmp_path):
+    """figures/reproduction.csv is what the code makes of the committed per-run CSVs, byte for byte: a change
+    to the report's code or to a notebook's result files that was not followed by `fda reproduction --readme`
+    fails here, not only in `make check-figures` (a stale report once compared the last-5 mean while the
+    notebook's table and the code had moved to the final round)."""
+    from fda_core.workbook.discovery import repo_root
+
+    root = repo_root()
+    committed = root / "figures" / "reproduction.csv"
+    if not committed.exists():
+        pytest.skip("no committed reproduction report")
+    write_reproduction(root / "figures", out=tmp_path / "reproduction.csv")
+    assert (tmp_path / "reproduction.csv").read_text() == committed.read_text(), \
+        "figures/reproduction.csv is stale: run `fda reproduction --readme` and commit the result"
+
+
 def test_target_sample_rows(tmp_path):
     """FedGP paper Table 3 at noise 0.4: n = 100 FedDA 58.6 < FedGP 71.09; n = 200 FedDA 58.59 < FedGP 70.93.
     Ours at n = 100: FedDA 80/82/81 > FedGP (cosine) 60/61/62 (order swapped: differs); at n = 200 FedDA
