@@ -313,6 +313,23 @@ def _write_idx(path, arr):
         f.write(header + arr.astype(np.uint8).tobytes())
 
 
+def test_rotated_domains_turn_as_the_official_code():
+    """The Fed INB official code rotates PIL digits with torchvision's rotate at its default: counter-clockwise,
+    nearest neighbour (rotated_mnist's default); bilinear is the option, and the source names which ran."""
+    from fda_core.data.datasets import rotate_images
+    from fda_core.data.rotated_domains import rotated_mnist
+
+    d = rotated_mnist((0, 30), n_train_per_class=3, n_test_per_class=2)
+    x0 = d.train_x[0].view(-1, 1, 28, 28)
+    assert torch.equal(d.train_x[1], rotate_images(x0, 30, "nearest").reshape(len(x0), -1))
+    assert "counter-clockwise (nearest-neighbour" in d.source
+    b = rotated_mnist((0, 30), n_train_per_class=3, n_test_per_class=2, interpolation="bilinear")
+    assert torch.allclose(b.train_x[0], d.train_x[0], atol=1e-5) and torch.allclose(
+        b.train_x[1], rotate_images(x0, 30, "bilinear").reshape(len(x0), -1)) and "bilinear" in b.source
+    with pytest.raises(ValueError, match="interpolation"):
+        rotated_mnist((0, 30), 3, 2, interpolation="cubic")
+
+
 def test_rotated_mnist_reads_idx_files_through_the_shared_reader(tmp_path):
     from fda_core.data.rotated_domains import load_idx_images, rotated_mnist
 

