@@ -70,10 +70,16 @@ def test_fedinb_probit_is_invertible_and_translates_into_pixels():
     for m in range(3):
         inside = torch.rand(doms[m].shape, generator=g, dtype=F64).clamp(2 * PROBIT_EPS, 1 - 2 * PROBIT_EPS)
         z = model.transform(inside, m, labs[m])
-        assert torch.allclose(model.inverse_transform(z, m, labs[m]), inside, rtol=0, atol=1e-9)
+        # exact wherever the shared point lies within the official clamp (±Φ⁻¹(1 − ε), see the next test)
+        kept = (z.abs() <= 4.7534).all(dim=1)
+        assert kept.float().mean() > 0.9
+        back = model.inverse_transform(z, m, labs[m])
+        assert torch.allclose(back[kept], inside[kept], rtol=0, atol=1e-9)
         # a pixel of exactly 0 or 1 is clamped first: it comes back as ε or 1 − ε
         back = model.translate(doms[m], m, m, labs[m])
-        assert torch.allclose(back, doms[m].double().clamp(PROBIT_EPS, 1 - PROBIT_EPS), rtol=0, atol=1e-9)
+        kept = (model.transform(doms[m], m, labs[m]).abs() <= 4.7534).all(dim=1)
+        assert kept.sum() >= 10  # (the exact 0s and 1s start at the bound: many rows end up outside it)
+        assert torch.allclose(back[kept], doms[m].double().clamp(PROBIT_EPS, 1 - PROBIT_EPS)[kept], rtol=0, atol=1e-9)
         for t in range(3):
             out = model.translate(doms[m], m, t, labs[m])
             assert (out >= 0).all() and (out <= 1).all()
@@ -82,6 +88,37 @@ def test_fedinb_probit_is_invertible_and_translates_into_pixels():
     assert plain.input_transform_ == "none"
     outs = torch.cat([plain.translate(doms[0], 0, t, labs[0]) for t in (1, 2)])
     assert outs.min() < 0 or outs.max() > 1
+
+
+def test_probit_translation_clamps_the_shared_space_as_the_official_end_layer():
+    """The official code translates through its ``end`` layer: Φ out of the shared space, clamp to [ε, 1 − ε],
+    Φ⁻¹ back in, i.e. shared-space coordinates clamped to ±Φ⁻¹(1 − ε) = ±4.7534… before the inverse layers."""
+    t = ProbitTransform()
+    bound = 4.753424308822899  # Φ⁻¹(1 − 1e-6)
+    got = t.shared(torch.tensor([-10.0, -4.7, 0.0, 4.7, 10.0], dtype=F64))
+    assert torch.allclose(got, torch.tensor([-bound, -4.7, 0.0, 4.7, bound], dtype=F64), rtol=0, atol=1e-12)
+    # the same as the official round trip Φ⁻¹(clamp(Φ(z), ε, 1 − ε)) wherever Φ is exact
+    z = torch.linspace(-8, 8, 161, dtype=F64)
+    assert torch.allclose(t.shared(z), t.forward(t.inverse(z)), rtol=0, atol=1e-6)
+    doms, labs = _pixels()
+    model = FedINB(3, 3, 10, seed=2, device="cpu").fit(doms, labs)
+    z = model.transform(doms[0], 0, labs[0])
+    far = z.clone()
+    far[:, 0], far[:, 1] = 10.0, -10.0
+    clamped = far.clone()
+    clamped[:, 0], clamped[:, 1] = bound, -bound
+    for target in range(3):
+        assert torch.allclose(model.inverse_transform(far, target, labs[0]),
+                              model.inverse_transform(clamped, target, labs[0]), rtol=0, atol=1e-12)
+    # without the probit transform nothing is clamped: far points map elsewhere than clamped ones
+    plain = FedINB(3, 3, 10, seed=2, device="cpu", input_transform="none").fit(doms, labs)
+    assert not torch.allclose(plain.inverse_transform(far, 1, labs[0]), plain.inverse_transform(clamped, 1, labs[0]))
+    # the batched evaluation translates as translate() does, clamp included
+    for depth, s, tgt, out, lab in model.translate_all(doms, labs, [0, 2, 3]):
+        order = torch.argsort(labs[s], stable=True)
+        want = model.translate(doms[s][order], s, tgt, labs[s][order], layers=depth)
+        assert torch.equal(lab, labs[s][order])
+        assert torch.allclose(out.double(), want, rtol=0, atol=1e-9), (depth, s, tgt)
 
 
 def test_auto_transform_only_for_pixel_space_inb():

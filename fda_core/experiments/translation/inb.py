@@ -224,6 +224,9 @@ class ProbitTransform:
     inverse: x = Φ(z) — any real z back to [0, 1], so translated images are valid pixels. The pair is exactly
     invertible on [ε, 1 − ε] (Φ(Φ⁻¹(x)) = x to float64 rounding); pixels outside it (the exact 0s and 1s
     of MNIST) come back as ε or 1 − ε. Both computed in float64 (Φ by erfc, exact far into the lower tail).
+    shared: a point of the shared space clamped to [Φ⁻¹(ε), Φ⁻¹(1 − ε)] before the inverse layers, as the
+    official code's ``end`` layer does when it translates (Φ out of the shared space, then clamp to [ε, 1 − ε]
+    and Φ⁻¹ back in; ``docs/translation.md`` § Reference-code conventions).
     """
 
     eps: float = PROBIT_EPS
@@ -239,6 +242,11 @@ class ProbitTransform:
     def inverse(self, z: Tensor) -> Tensor:
         """Φ(z) in [0, 1], float64."""
         return ndtr(z.to(torch.float64))
+
+    def shared(self, z: Tensor) -> Tensor:
+        """z clamped to [Φ⁻¹(ε), Φ⁻¹(1 − ε)] = [−4.753…, 4.753…] for ε = 1e-6, float64."""
+        bound = float(-ndtri(torch.tensor(self.eps, dtype=torch.float64)))
+        return z.to(torch.float64).clamp(-bound, bound)
 
 
 @dataclass
@@ -578,6 +586,11 @@ class FedINB:
                 out[mask] = zc[0]
         return out
 
+    def _enter_shared(self, z: Tensor) -> Tensor:
+        """A shared-space point on its way into the inverse layers: clamped as the official code's ``end`` layer
+        does with the probit input transform (:meth:`ProbitTransform.shared`), unchanged otherwise."""
+        return self._probit.shared(z) if self.input_transform_ == "probit" else z
+
     def transform(self, x: Tensor, domain: int, labels: Tensor | None = None, layers: int | None = None) -> Tensor:
         """T_m(x): client ``domain``'s data (N, D) → the shared (barycentric) space (N, d) float64.
 
@@ -589,10 +602,11 @@ class FedINB:
 
     def inverse_transform(self, z: Tensor, domain: int, labels: Tensor | None = None, layers: int | None = None
                           ) -> Tensor:
-        """T_m⁻¹(z): shared space (N, d) → client ``domain``'s space (N, D) (decoded for AE variants; through Φ,
-        hence in [0, 1], with the probit input transform)."""
+        """T_m⁻¹(z): shared space (N, d) → client ``domain``'s space (N, D) (decoded for AE variants; with the
+        probit input transform z is first clamped to [Φ⁻¹(ε), Φ⁻¹(1 − ε)] as the official code does, and the
+        result goes through Φ, hence lies in [0, 1])."""
         labels, layers = self._check_apply(z, domain, labels, layers, self.dim, "z")
-        out = self._latent(z.to(self.device, torch.float64), domain, labels, layers, inverse=True)
+        out = self._latent(self._enter_shared(z.to(self.device, torch.float64)), domain, labels, layers, inverse=True)
         return self._decode(out, domain)
 
     def translate(self, x: Tensor, source: int, target: int, labels: Tensor | None = None,
@@ -640,7 +654,7 @@ class FedINB:
             for s, t in pairs:
                 parts, labs = [], []
                 for bi, (block, rows, _, lab) in enumerate(blocks):
-                    zc = cur[bi][:, s]
+                    zc = self._enter_shared(cur[bi][:, s])
                     for layer in range(depth - 1, -1, -1):
                         zc = block.layers[layer].apply(zc, t, inverse=True, rows=rows)
                     parts.append(zc.reshape(-1, zc.shape[-1]))
