@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..common.checks import check_int
+from ..common.checks import check_choice, check_int
 
 __all__ = [
     "mnist_5k",
@@ -108,8 +108,7 @@ def rotate_images(x: Tensor, degrees: float, interpolation: str = "bilinear") ->
     """
     if x.ndim != 4:
         raise ValueError(f"x must have shape (n, C, H, W), got {tuple(x.shape)}")
-    if interpolation not in ROTATION_INTERPOLATIONS:
-        raise ValueError(f"interpolation must be one of {ROTATION_INTERPOLATIONS}, got {interpolation!r}")
+    check_choice(interpolation, "interpolation", ROTATION_INTERPOLATIONS)
     a = math.radians(degrees)
     theta = torch.tensor([[math.cos(a), -math.sin(a), 0.0], [math.sin(a), math.cos(a), 0.0]], dtype=x.dtype)
     grid = F.affine_grid(theta.expand(x.shape[0], 2, 3), list(x.shape), align_corners=False)

