@@ -34,6 +34,8 @@ from typing import Any, Union
 import torch
 from torch import Tensor
 
+from .segmented import layerwise_combine, layerwise_reductions
+
 __all__ = [
     "source_only",
     "target_only",
@@ -61,6 +63,57 @@ BetaLike = Union[float, Sequence[float], Tensor]
 # Input normalisation and validation
 # ---------------------------------------------------------------------------------------------
 @dataclass
+class _FlatLayout:
+    """Per-tensor (dict) input seen as flat buffers: sources (N, m), target (m,), segment lengths (L,) in key order.
+
+    The rows are views when the dicts' tensors already lie back to back in one buffer (as the federated engine
+    keeps them, :class:`fda_core.experiments.flat.FlatModel`), else one copy. The layer-wise reductions and the
+    combination then run in a fixed handful of kernels (:mod:`fda_core.core.segmented`) instead of ~3·N·L.
+    """
+
+    sources: Tensor
+    target: Tensor
+    lengths: tuple[int, ...]
+
+
+#: how per-tensor (dict) input is aggregated: "auto" (segmented on CUDA devices, a per-tensor loop elsewhere),
+#: "loop" (always per tensor) or "segmented" (always on flat buffers). The two agree to float rounding; the CPU
+#: default stays the loop (docs/theory.md § Layer-wise application, benchmarks/aggregation_variants.py).
+LAYERWISE_BACKEND = "auto"
+
+
+def _segmented(device: torch.device) -> bool:
+    if LAYERWISE_BACKEND not in ("auto", "loop", "segmented"):
+        raise ValueError(f"LAYERWISE_BACKEND must be 'auto', 'loop' or 'segmented', got {LAYERWISE_BACKEND!r}")
+    return LAYERWISE_BACKEND == "segmented" or (LAYERWISE_BACKEND == "auto" and device.type == "cuda")
+
+
+def _flat_rows(tensors: list[list[Tensor]]) -> Tensor:
+    """``tensors[i][k]`` (flat (m_k,) views) as one (N, m) tensor: a strided view of their storage when every row
+    lies back to back in key order with a common row stride, else a copy."""
+    first = tensors[0][0]
+    n, m = len(tensors), sum(x.numel() for x in tensors[0])
+    storage = first.untyped_storage()
+    base = first.storage_offset()
+    row_stride = tensors[1][0].storage_offset() - base if n > 1 else m
+    same = row_stride >= m or n == 1
+    for i, row in enumerate(tensors):
+        offset = base + i * row_stride
+        for x in row:
+            if not same:
+                break
+            same = (x.untyped_storage().data_ptr() == storage.data_ptr() and x.storage_offset() == offset
+                    and x.dtype == first.dtype and (x.numel() <= 1 or x.stride(0) == 1))
+            offset += x.numel()
+    if same:
+        return first.as_strided((n, m), (row_stride, 1), base)
+    out = torch.empty(n, m, dtype=first.dtype, device=first.device)
+    for i, row in enumerate(tensors):
+        torch.cat(row, out=out[i])
+    return out
+
+
+@dataclass
 class _Blocks:
     """Sources and target normalised to blocks of flat tensors.
 
@@ -77,6 +130,7 @@ class _Blocks:
     keys: list[str] | None = None
     shapes: list[torch.Size] | None = None
     target_shape: torch.Size | None = None
+    flat: _FlatLayout | None = None  # dict kind, segmented backend: the same numbers as one (N, m) buffer
 
     @property
     def batch_shape(self) -> torch.Size:
@@ -184,24 +238,36 @@ def _normalise_dicts(source_grads: Sequence[GradDict], target_grad: TargetGrad |
         shapes.append(shape)
         targets.append(t.reshape(-1))
         per_source.append([_as_float_tensor(s[k], f"source_grads[{i}][{k!r}]").reshape(-1) for i, s in enumerate(source_grads)])
-    return _Blocks("dict", len(source_grads), targets, per_source=per_source, keys=keys, shapes=shapes)
+    flat = None
+    dtypes = {x.dtype for x in targets} | {x.dtype for row in per_source for x in row}
+    devices = {x.device for x in targets} | {x.device for row in per_source for x in row}
+    if len(dtypes) == 1 and len(devices) == 1 and all(x.numel() for x in targets) and _segmented(targets[0].device):
+        rows = [[per_source[k][i] for k in range(len(keys))] for i in range(len(source_grads))]
+        flat = _FlatLayout(_flat_rows(rows), _flat_rows([targets])[0], tuple(x.numel() for x in targets))
+    return _Blocks("dict", len(source_grads), targets, per_source=per_source, keys=keys, shapes=shapes, flat=flat)
 
 
 def _per_source(value: BetaLike | None, blocks: _Blocks, name: str, *, default: float | None = None) -> Tensor:
-    """β or weights as a tensor broadcastable to (*batch, N) on the target's device and dtype."""
+    """β or weights as a tensor broadcastable to (*batch, N) on the target's device and dtype.
+
+    Python numbers and sequences are checked on the host (in the target's dtype, so the checks see the values the
+    rule uses) before one copy to the device: no device synchronisation on a GPU. Tensors are checked where they are.
+    """
     ref = blocks.target[0]
     n = blocks.n_sources
     if value is None:
         if default is None:
             raise ValueError(f"{name} is required")
-        return torch.full((n,), default, dtype=ref.dtype, device=ref.device)
+        return torch.full((n,), default, dtype=ref.dtype)  # on the host, like a Python value
     if isinstance(value, bool):
         raise ValueError(f"{name} must be a number or one number per source, got a bool")
+    host = not isinstance(value, Tensor)
+    where = torch.device("cpu") if host else ref.device
     if isinstance(value, (int, float)):
-        t = torch.tensor(float(value), dtype=ref.dtype, device=ref.device)
+        t = torch.tensor(float(value), dtype=ref.dtype, device=where)
     else:
         try:
-            t = torch.as_tensor(value, dtype=ref.dtype, device=ref.device)
+            t = torch.as_tensor(value, dtype=ref.dtype, device=where)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{name} must be a number or one number per source: {exc}") from None
     if t.ndim == 0:
@@ -223,7 +289,7 @@ def _check_beta(beta: BetaLike, blocks: _Blocks) -> Tensor:
     b = _per_source(beta, blocks, "beta")
     if bool((b < 0).any()) or bool((b > 1).any()):
         raise ValueError(f"beta must lie in [0, 1] (β weights the source part), got {beta!r}")
-    return b
+    return _to_target_device(b, blocks)
 
 
 def _check_weights(weights: BetaLike | None, blocks: _Blocks) -> Tensor:
@@ -233,7 +299,14 @@ def _check_weights(weights: BetaLike | None, blocks: _Blocks) -> Tensor:
     total = w.sum(-1, keepdim=True)
     if bool((total <= 0).any()):
         raise ValueError(f"weights must have a positive sum, got {weights!r}")
-    return w / total
+    w = _to_target_device(w, blocks)
+    return w / w.sum(-1, keepdim=True)
+
+
+def _to_target_device(x: Tensor, blocks: _Blocks) -> Tensor:
+    """A host-checked per-source tensor on the target's device (no-op when it is there)."""
+    ref = blocks.target[0]
+    return x if x.device == ref.device else x.to(ref.device)
 
 
 def _raise_non_finite(blocks: _Blocks) -> None:
@@ -259,6 +332,17 @@ def _raise_non_finite(blocks: _Blocks) -> None:
     )
 
 
+def _check_finite(blocks: _Blocks, sums: Tensor, outs: list[Tensor], checks: Tensor | None) -> None:
+    """Raise a ValueError naming the offending argument unless ``sums`` (sums of parts of the outputs ``outs``)
+    and ``checks`` are finite; one host synchronisation when they are."""
+    if checks is not None:
+        sums = torch.cat([sums, checks.reshape(-1).to(sums.dtype)])
+    if not bool(torch.isfinite(sums).all()):
+        exact = all(bool(torch.isfinite(o).all()) for o in outs)
+        if not (exact and (checks is None or bool(torch.isfinite(checks).all()))):
+            _raise_non_finite(blocks)
+
+
 def _finish(blocks: _Blocks, outs: list[Tensor], checks: Tensor | None = None) -> Tensor | dict[str, Tensor]:
     """Check finiteness cheaply and restore the input's form.
 
@@ -267,13 +351,7 @@ def _finish(blocks: _Blocks, outs: list[Tensor], checks: Tensor | None = None) -
     instead of ``isfinite(o).all()`` (which materialises several m-sized temporaries, half the cost of a
     call on ResNet-18-sized updates). A finite output whose sum merely overflows is re-checked exactly.
     """
-    sums = torch.stack([o.sum() for o in outs]).reshape(-1)
-    if checks is not None:
-        sums = torch.cat([sums, checks.reshape(-1).to(sums.dtype)])
-    if not bool(torch.isfinite(sums).all()):
-        exact = all(bool(torch.isfinite(o).all()) for o in outs)
-        if not (exact and (checks is None or bool(torch.isfinite(checks).all()))):
-            _raise_non_finite(blocks)
+    _check_finite(blocks, torch.stack([o.sum() for o in outs]).reshape(-1), outs, checks)
     if blocks.kind == "dict":
         return {k: o.reshape(s) for k, o, s in zip(blocks.keys, outs, blocks.shapes)}  # type: ignore[arg-type]
     if blocks.kind == "sequence":
@@ -294,6 +372,9 @@ def _reductions(blocks: _Blocks, with_target_norm: bool) -> tuple[Tensor, Tensor
     L is the number of blocks (1 for flat input). For dict input the L·N·2 scalars come from one
     ``torch.stack``, with ‖s_i‖² computed right after ⟨t, s_i⟩ while s_i is (partly) still in cache.
     """
+    if blocks.flat is not None:
+        dots, norms2, tnorm2 = layerwise_reductions(blocks.flat.sources, blocks.flat.target, blocks.flat.lengths)
+        return dots.T, norms2.T, tnorm2.sqrt().unsqueeze(-1) if with_target_norm else None
     if blocks.sources is not None:
         s, t = blocks.sources[0], blocks.target[0]
         dots = torch.matmul(s, t.unsqueeze(-1)).squeeze(-1)
@@ -375,6 +456,8 @@ def _out_buffers(out: Tensor | GradDict | None, blocks: _Blocks) -> list[Tensor]
 
 def _aggregate(blocks: _Blocks, target_coef: Tensor, coefs: list[Tensor], checks: Tensor | None = None,
                out: Tensor | GradDict | None = None):
+    if blocks.flat is not None:
+        return _aggregate_flat(blocks, target_coef, coefs, checks, out)
     buffers = _out_buffers(out, blocks) or [None] * len(coefs)
     if blocks.kind == "dict":
         # one host transfer for every coefficient of every block
@@ -384,6 +467,31 @@ def _aggregate(blocks: _Blocks, target_coef: Tensor, coefs: list[Tensor], checks
         outs = [_combine(blocks, k, target_coef, coefs[k], out=buffers[k]) for k in range(len(coefs))]
     result = _finish(blocks, outs, checks)
     return result if out is None else out
+
+
+def _aggregate_flat(blocks: _Blocks, target_coef: Tensor, coefs: list[Tensor], checks: Tensor | None,
+                    out: GradDict | None):
+    """Dict input on the segmented backend: one combination over the flat buffers, the result as per-key views of
+    one flat (m,) tensor (or written into ``out``: directly when its tensors lie back to back, else copied)."""
+    flat = blocks.flat
+    buffers = _out_buffers(out, blocks)
+    target = flat.target
+    result = None
+    if buffers is not None:
+        laid_out = _flat_rows([buffers])
+        if laid_out.untyped_storage().data_ptr() == buffers[0].untyped_storage().data_ptr():
+            result = laid_out[0]
+    if result is None:
+        result = torch.empty_like(target)
+    sums = layerwise_combine(flat.sources, target, target_coef, torch.stack(coefs, 1), flat.lengths, out=result)
+    views = list(torch.split(result, list(flat.lengths)))
+    if buffers is not None and views[0].data_ptr() != buffers[0].data_ptr():
+        torch._foreach_copy_(buffers, views)
+        views = buffers
+    _check_finite(blocks, sums, [result], checks)
+    if out is not None:
+        return out
+    return {k: v.view(shape) for k, v, shape in zip(blocks.keys, views, blocks.shapes)}  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -576,6 +684,7 @@ def fedgp_cosine(
     a = _per_source(alignment, blocks, "alignment", default=1.0)
     if bool((a < 0).any()):
         raise ValueError(f"alignment must be non-negative, got {alignment!r}")
+    a = _to_target_device(a, blocks)
     wb = (w * b).expand(blocks.batch_shape + (blocks.n_sources,))
     coefs, checks = _projection_coefs(blocks, wb, "cosine", a)
     return _aggregate(blocks, 1.0 - wb.sum(-1), coefs, checks, out=out)

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# One lease of a GPU machine: install the carried wheels, then time benchmarks there (issue 17).
+# Usage (on the device, repository root): bash benchmarks/gpu_session.sh STEP... ; results go to $OUT (or ./gpu-out).
+# Each step has its own time limit so that one slow step cannot eat the whole call; logs are written as they go.
+set -u
+OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || { echo "wheel install failed"; exit 1; }
+  export PYTHONPATH=/tmp/site:$PWD
+else
+  export PYTHONPATH=$PWD
+fi
+step() {  # step NAME LIMIT_S COMMAND...
+  local name=$1 limit=$2; shift 2
+  echo "=== $name (limit ${limit}s): $*"
+  local t0=$(date +%s%N)
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
+  local t1=$(date +%s%N)
+  printf '=== %s rc=%s wall=%ss\n' "$name" "$rc" "$(( (t1 - t0) / 1000000000 ))" | tee -a "$OUT/steps.txt"
+  tail -n 25 "$OUT/$name.log"
+}
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
+python3 -c "import torch, sys; print(sys.version.split()[0], torch.__version__, torch.cuda.get_device_name(0))" | tee -a "$OUT/gpu.txt"
+for s in "$@"; do
+  case $s in
+    agg) step agg 90 python3 benchmarks/aggregation.py --device cuda --json "$OUT/agg.json" ;;
+    gputest) step gputest 240 python3 -m pytest -q -p no:cacheprovider tests/test_segmented.py tests/test_aggregation.py tests/test_federated.py ;;
+    variants) step variants 120 python3 benchmarks/aggregation_variants.py --device cuda --chunks 1024 ;;
+    pd) step pd 150 python3 benchmarks/phase_diagram.py --device cuda --json "$OUT/pd.json" ;;
+    fed) step fed 120 python3 benchmarks/federated.py --device cuda --json "$OUT/fed.json" ;;
+    nb02) step nb02 150 python3 -m fda_core run 02 -p paper_scale true --out /tmp/executed --no-progress ;;
+    inb) step inb 170 python3 benchmarks/inb.py --device cuda --threads 0 --json "$OUT/inb.json" ;;
+    inb-paper) step inb-paper 170 python3 benchmarks/inb.py --device cuda --threads 0 --n-per-class 500 --no-reference --json "$OUT/inb-paper.json" ;;
+    *) echo "unknown step $s"; exit 2 ;;
+  esac
+done
+# the device returns at most 8 files: pack everything into one archive
+(cd "$OUT" && tar czf /tmp/gpu-session.tgz . && find . -mindepth 1 -delete && mv /tmp/gpu-session.tgz .)
+

@@ -1,0 +1,150 @@
+"""Triton kernels for :mod:`fda_core.core.segmented` on a GPU: layer-wise reductions and combination in two passes.
+
+Same arithmetic as the pure-torch functions of :mod:`fda_core.core.segmented` (docs/theory.md § Layer-wise
+application), with the work cut differently: every segment (parameter tensor) is split into its own chunks of
+``BLOCK`` elements (the last one of a segment shorter), so no chunk straddles a boundary and nothing is gathered.
+One program per chunk:
+
+* ``_reduce``: loads the target's chunk once and, for each source i, writes the chunk's partial ⟨t, s_i⟩ and
+  ‖s_i‖² (and ‖t‖² once): one pass over S. The partials are summed per segment by one product with a fixed
+  0/1 matrix (deterministic, no atomic adds).
+* ``_combine``: out = a·t + Σ_i C[i, k]·s_i on its chunk (k the chunk's segment): one more pass over S, one write
+  of out, and the chunk's sum of out (the caller's finiteness check).
+
+Used only on CUDA devices when Triton is importable (:func:`available`); the CPU (and any device without Triton)
+uses the pure-torch functions. Float32 and float64 inputs; partial sums accumulate in the input's dtype.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+from torch import Tensor
+
+try:  # Triton ships with CUDA builds of torch; the CPU wheel has none
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - exercised where Triton is missing
+    triton = None
+
+__all__ = ["available", "ChunkTable", "chunk_table", "reduce", "combine", "BLOCK"]
+
+#: elements per program: 2,048 float32 = 8 KB per source and program, 16-byte loads with 8 warps
+BLOCK = 2048
+
+
+def available(device: torch.device | str) -> bool:
+    """True when the Triton kernels can run on ``device`` (a CUDA device and an importable Triton)."""
+    return triton is not None and torch.device(device).type == "cuda"
+
+
+@dataclass(frozen=True)
+class ChunkTable:
+    """Chunks that never straddle a segment: start (P,), length (P,), segment (P,) as int32 on the device,
+    and the (L, P) 0/1 matrix that sums per-chunk partials into per-segment sums."""
+
+    starts: Tensor
+    lengths: Tensor
+    segments: Tensor
+    chunk_to_segment: Tensor
+
+    @property
+    def n_chunks(self) -> int:
+        return self.starts.numel()
+
+
+def chunk_table(lengths: tuple[int, ...], device: torch.device, dtype: torch.dtype) -> ChunkTable:
+    return _table(tuple(int(n) for n in lengths), torch.device(device), dtype)
+
+
+@lru_cache(maxsize=32)
+def _table(lengths: tuple[int, ...], device: torch.device, dtype: torch.dtype) -> ChunkTable:
+    starts, lens, segs = [], [], []
+    offset = 0
+    for k, n in enumerate(lengths):
+        for s in range(0, n, BLOCK):
+            starts.append(offset + s)
+            lens.append(min(BLOCK, n - s))
+            segs.append(k)
+        offset += n
+    seg = torch.tensor(segs, dtype=torch.int64)
+    onehot = torch.zeros(len(lengths), len(segs), dtype=dtype)
+    onehot[seg, torch.arange(len(segs))] = 1
+    as32 = lambda v: torch.tensor(v, dtype=torch.int32, device=device)  # noqa: E731
+    return ChunkTable(as32(starts), as32(lens), seg.to(torch.int32).to(device), onehot.to(device))
+
+
+if triton is not None:
+
+    @triton.jit
+    def _reduce_kernel(S, T, starts, lens, partial, tpartial, stride_s, n_sources: tl.constexpr, BLOCK: tl.constexpr):
+        p = tl.program_id(0)
+        start = tl.load(starts + p)
+        n = tl.load(lens + p)
+        offs = tl.arange(0, BLOCK)
+        mask = offs < n
+        t = tl.load(T + start + offs, mask=mask, other=0.0)
+        tl.store(tpartial + p, tl.sum(t * t, axis=0))
+        s_ptr = S + start + offs  # pointer arithmetic in 64 bits: rows advance by stride_s
+        out = partial + p * 2 * n_sources
+        for i in range(n_sources):
+            s = tl.load(s_ptr, mask=mask, other=0.0)
+            tl.store(out + 2 * i, tl.sum(s * t, axis=0))
+            tl.store(out + 2 * i + 1, tl.sum(s * s, axis=0))
+            s_ptr += stride_s
+
+    @triton.jit
+    def _combine_kernel(S, T, OUT, starts, lens, segs, coefs, target_coef, sums, n_segments, stride_s,
+                        n_sources: tl.constexpr, BLOCK: tl.constexpr):
+        p = tl.program_id(0)
+        start = tl.load(starts + p)
+        n = tl.load(lens + p)
+        k = tl.load(segs + p)
+        offs = tl.arange(0, BLOCK)
+        mask = offs < n
+        a = tl.load(target_coef)
+        acc = tl.load(T + start + offs, mask=mask, other=0.0) * a
+        s_ptr = S + start + offs
+        for i in range(n_sources):
+            c = tl.load(coefs + i * n_segments + k)
+            acc += c * tl.load(s_ptr, mask=mask, other=0.0)
+            s_ptr += stride_s
+        tl.store(OUT + start + offs, acc, mask=mask)
+        tl.store(sums + p, tl.sum(acc, axis=0))
+
+
+def _check(sources: Tensor, target: Tensor) -> None:
+    if sources.dtype not in (torch.float32, torch.float64) or target.dtype != sources.dtype:
+        raise ValueError(f"the Triton path takes float32 or float64 sources and target of one dtype, got "
+                         f"{sources.dtype} and {target.dtype}")
+    if sources.stride(-1) != 1 or target.stride(-1) != 1:
+        raise ValueError("the Triton path needs rows with unit stride")
+
+
+def reduce(sources: Tensor, target: Tensor, table: ChunkTable) -> tuple[Tensor, Tensor, Tensor]:
+    """(⟨t_k, s_ik⟩ (N, L), ‖s_ik‖² (N, L), ‖t_k‖² (L,)) from sources (N, m) and target (m,): one pass over S."""
+    _check(sources, target)
+    n, p = sources.shape[0], table.n_chunks
+    partial = torch.empty(p, n, 2, dtype=sources.dtype, device=sources.device)
+    tpartial = torch.empty(p, 1, dtype=sources.dtype, device=sources.device)
+    _reduce_kernel[(p,)](sources, target, table.starts, table.lengths, partial, tpartial, sources.stride(0),
+                         n_sources=n, BLOCK=BLOCK, num_warps=8)
+    per_segment = torch.mm(table.chunk_to_segment.to(sources.dtype), torch.cat([partial.view(p, 2 * n), tpartial], 1))
+    both = per_segment[:, :2 * n].view(-1, n, 2)  # (L, N, 2)
+    return both[..., 0].T, both[..., 1].T, per_segment[:, 2 * n]
+
+
+def combine(sources: Tensor, target: Tensor, target_coef: Tensor, coefs: Tensor, table: ChunkTable,
+            out: Tensor) -> Tensor:
+    """out = a·t + Σ_i C[i, seg(j)]·s_i[j] for sources (N, m), target (m,), a 0-d ``target_coef`` and C (N, L)
+    (contiguous); returns the per-chunk sums of out (P,) for a finiteness check. ``out`` may be ``target``."""
+    _check(sources, target)
+    n, p = sources.shape[0], table.n_chunks
+    sums = torch.empty(p, dtype=sources.dtype, device=sources.device)
+    coefs = coefs.to(sources.dtype).contiguous()
+    a = target_coef.to(device=sources.device, dtype=sources.dtype).reshape(1)
+    _combine_kernel[(p,)](sources, target, out, table.starts, table.lengths, table.segments, coefs, a, sums,
+                          coefs.shape[1], sources.stride(0), n_sources=n, BLOCK=BLOCK, num_warps=8)
+    return sums

@@ -1,0 +1,229 @@
+"""Layer-wise reductions and combination on flat buffers (fda_core.core.segmented, the GPU path of dict input).
+
+Checked against a per-segment loop in float64 (hypothesis over segment lengths and chunk sizes), against the
+per-tensor rules on dict input (every rule, views and copies, ``out`` variants), and — where Triton is importable —
+the Triton kernels in Triton's CPU interpreter; on a CUDA machine the same checks run on the GPU.
+"""
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fda_core.core.aggregation as agg
+from fda_core.core.segmented import (layerwise_combine, layerwise_reductions, segment_combine, segment_dots,
+                                     segment_plan, segment_sqnorms)
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def _loop(S, t, lengths, coefs=None, a=0.0):
+    """Per-segment reference: dots, squared norms, target squared norms and the combination."""
+    segs = list(torch.split(torch.arange(S.shape[1]), list(lengths)))
+    dots = torch.stack([torch.stack([S[i, s] @ t[s] for s in segs]) for i in range(S.shape[0])])
+    norms = torch.stack([torch.stack([S[i, s] @ S[i, s] for s in segs]) for i in range(S.shape[0])])
+    tnorms = torch.stack([t[s] @ t[s] for s in segs])
+    out = None
+    if coefs is not None:
+        out = a * t.clone()
+        for i in range(S.shape[0]):
+            for k, s in enumerate(segs):
+                out[s] += coefs[i, k] * S[i, s]
+    return dots, norms, tnorms, out
+
+
+@settings(max_examples=40, deadline=None)
+@given(lengths=st.lists(st.integers(1, 300), min_size=1, max_size=8), chunk=st.sampled_from([1, 3, 16, 64, 1024]),
+       n=st.integers(1, 4), seed=st.integers(0, 2**16))
+def test_chunked_functions_equal_a_per_segment_loop(lengths, chunk, n, seed):
+    gen = torch.Generator().manual_seed(seed)
+    m = sum(lengths)
+    S = torch.randn(n, m, generator=gen, dtype=torch.float64)
+    t = torch.randn(m, generator=gen, dtype=torch.float64)
+    C = torch.randn(n, len(lengths), generator=gen, dtype=torch.float64)
+    plan = segment_plan(lengths, "cpu", torch.float64, chunk)
+    dots, norms, tnorms, out = _loop(S, t, lengths, C, 0.3)
+    torch.testing.assert_close(segment_dots(S, t, plan), dots, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(segment_sqnorms(S, plan), norms, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(segment_sqnorms(t, plan), tnorms, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(segment_combine(S, t, 0.3, C, plan), out, rtol=1e-12, atol=1e-12)
+    in_place = t.clone()  # out may be the target itself
+    segment_combine(S, in_place, 0.3, C, plan, out=in_place)
+    torch.testing.assert_close(in_place, out, rtol=1e-12, atol=1e-12)
+
+
+def test_plan_hand_case():
+    # segments [0, 3), [3, 5), [5, 11); chunks of 4: [0, 4) straddles, [4, 8) straddles, tail [8, 11)
+    plan = segment_plan([3, 2, 6], "cpu", torch.float64, 4)
+    assert plan.n_chunks == 2 and plan.m == 11
+    assert plan.chunk_to_segment.sum().item() == 0  # both chunks straddle a boundary
+    assert plan.gathered.tolist() == list(range(11))
+    assert plan.gathered_segment.tolist() == [0, 0, 0, 1, 1, 2, 2, 2, 2, 2, 2]
+    plan = segment_plan([8, 3], "cpu", torch.float64, 4)  # two interior chunks of segment 0, tail in segment 1
+    assert plan.chunk_to_segment.tolist() == [[1, 0], [1, 0]]
+    assert plan.gathered.tolist() == [8, 9, 10]
+    assert segment_plan([8, 3], "cpu", torch.float64, 4) is plan  # cached
+
+
+def test_bad_input_names_the_parameter():
+    with pytest.raises(ValueError, match="lengths"):
+        segment_plan([3, 0], "cpu")
+    with pytest.raises(ValueError, match="chunk"):
+        segment_plan([3], "cpu", chunk=0)
+    plan = segment_plan([3, 2], "cpu", torch.float64, 2)
+    with pytest.raises(ValueError, match="m = 5"):
+        segment_dots(torch.zeros(2, 6, dtype=torch.float64), torch.zeros(6, dtype=torch.float64), plan)
+    with pytest.raises(ValueError, match="coefs"):
+        segment_combine(torch.zeros(2, 5, dtype=torch.float64), torch.zeros(5, dtype=torch.float64), 1.0,
+                        torch.zeros(3, 2, dtype=torch.float64), plan)
+
+
+SHAPES = {"conv.weight": (6, 3, 3, 3), "conv.bias": (6,), "bn.weight": (6,), "fc.weight": (10, 150), "fc.bias": (10,)}
+
+
+def _dicts(rows):
+    out = []
+    for row in rows:
+        d, off = {}, 0
+        for k, s in SHAPES.items():
+            n = torch.Size(s).numel()
+            d[k] = row[off:off + n].view(s)
+            off += n
+        out.append(d)
+    return out
+
+
+def _rule_calls(src, tgt, parts):
+    return {
+        "fedgp": lambda out=None: agg.fedgp(src, tgt, [0.2, 0.7, 0.5], [1.0, 2.0, 3.0], out=out),
+        "fedgp_nofilter": lambda out=None: agg.fedgp_nofilter(src, tgt, 0.4, out=out),
+        "fedgp_cosine": lambda out=None: agg.fedgp_cosine(src, tgt, 0.5, alignment=[0.5, 1.0, 2.0], out=out),
+        "fedda": lambda out=None: agg.fedda(src, tgt, 0.3, out=out),
+        "source_only": lambda out=None: agg.source_only(src, out=out),
+        "fedgp_auto": lambda out=None: agg.fedgp_auto(src, parts, out=out),
+    }
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("copies", [False, True])
+def test_every_rule_on_dicts_agrees_between_the_loop_and_the_segmented_backend(monkeypatch, device, copies):
+    gen = torch.Generator().manual_seed(3)
+    m = sum(torch.Size(s).numel() for s in SHAPES.values())
+    S = torch.randn(3, m, generator=gen).to(device)
+    parts = torch.randn(4, m, generator=gen).to(device)
+    t = parts.mean(0)
+    src, tgt = _dicts(S), _dicts(t.unsqueeze(0))[0]
+    part_dicts = _dicts(parts)
+    if copies:  # separate tensors (a state dict), not views of one buffer
+        src = [{k: v.clone() for k, v in d.items()} for d in src]
+        tgt = {k: v.clone() for k, v in tgt.items()}
+    monkeypatch.setattr(agg, "LAYERWISE_BACKEND", "loop")
+    expected = {name: fn() for name, fn in _rule_calls(src, tgt, part_dicts).items()}
+    monkeypatch.setattr(agg, "LAYERWISE_BACKEND", "segmented")
+    for name, fn in _rule_calls(src, tgt, part_dicts).items():
+        got = fn()
+        assert set(got) == set(SHAPES), name
+        for k in SHAPES:
+            assert got[k].shape == SHAPES[k]
+            torch.testing.assert_close(got[k], expected[name][k], rtol=1e-5, atol=1e-6, msg=f"{name}[{k}]")
+        # out: a dict of views into one flat buffer (written in place) and a dict of separate tensors
+        flat_out = _dicts(torch.full((1, m), float("nan"), device=device))[0]
+        separate = {k: torch.full(s, float("nan"), device=device) for k, s in SHAPES.items()}
+        for out in (flat_out, separate):
+            assert fn(out=out) is out
+            for k in SHAPES:
+                torch.testing.assert_close(out[k], expected[name][k], rtol=1e-5, atol=1e-6, msg=f"{name} out[{k}]")
+
+
+def test_views_of_one_buffer_are_read_in_place(monkeypatch):
+    m = sum(torch.Size(s).numel() for s in SHAPES.values())
+    S = torch.randn(2, m)
+    src, tgt = _dicts(S), _dicts(torch.randn(1, m))[0]
+    monkeypatch.setattr(agg, "LAYERWISE_BACKEND", "segmented")
+    blocks = agg._normalise(src, tgt)
+    assert blocks.flat.sources.data_ptr() == S.data_ptr() and blocks.flat.sources.stride() == (m, 1)
+    copies = [{k: v.clone() for k, v in d.items()} for d in src]
+    blocks = agg._normalise(copies, tgt)
+    assert blocks.flat.sources.data_ptr() != S.data_ptr()
+    torch.testing.assert_close(blocks.flat.sources, S)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_segmented_backend_still_names_non_finite_input(monkeypatch, device):
+    m = sum(torch.Size(s).numel() for s in SHAPES.values())
+    S = torch.randn(2, m, device=device)
+    S[1, 5] = float("nan")
+    monkeypatch.setattr(agg, "LAYERWISE_BACKEND", "segmented")
+    with pytest.raises(ValueError, match=r"source_grads\[1\]\['conv.weight'\] contains NaN"):
+        agg.fedgp(_dicts(S), _dicts(torch.randn(1, m, device=device))[0], 0.5)
+
+
+def test_backend_setting_is_checked(monkeypatch):
+    monkeypatch.setattr(agg, "LAYERWISE_BACKEND", "gpu")
+    with pytest.raises(ValueError, match="LAYERWISE_BACKEND"):
+        m = sum(torch.Size(s).numel() for s in SHAPES.values())
+        agg.fedgp(_dicts(torch.randn(2, m)), _dicts(torch.randn(1, m))[0], 0.5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_python_beta_and_weights_are_checked_on_the_host(device):
+    src = torch.randn(2, 7, device=device)
+    with pytest.raises(ValueError, match=r"beta must lie in \[0, 1\]"):
+        agg.fedgp(src, torch.randn(7, device=device), [0.5, 1.5])
+    with pytest.raises(ValueError, match="weights must be non-negative"):
+        agg.fedda(src, torch.randn(7, device=device), 0.5, [1.0, -1.0])
+    with pytest.raises(ValueError, match="alignment must be non-negative"):
+        agg.fedgp_cosine(src, torch.randn(7, device=device), 0.5, alignment=[1.0, -2.0])
+    out = agg.fedgp_cosine(src, torch.randn(7, device=device), 0.5, alignment=[1.0, 2.0])
+    assert out.device.type == device
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed (the CPU torch wheel has none)")
+def test_triton_kernels_in_the_interpreter():
+    """The GPU kernels, run by Triton's CPU interpreter in a subprocess (TRITON_INTERPRET must be set before import)."""
+    code = (
+        "import torch\n"
+        "from fda_core.core import segmented_triton as T, segmented as G\n"
+        "torch.manual_seed(0)\n"
+        "for lengths in [(5000, 3, 64, 2048, 4097), (10,)]:\n"
+        "    m = sum(lengths); S = torch.randn(3, m, dtype=torch.float64); t = torch.randn(m, dtype=torch.float64)\n"
+        "    table = T.chunk_table(lengths, torch.device('cpu'), torch.float64)\n"
+        "    plan = G.segment_plan(lengths, 'cpu', torch.float64)\n"
+        "    d, n2, t2 = T.reduce(S, t, table)\n"
+        "    torch.testing.assert_close(d, G.segment_dots(S, t, plan)); torch.testing.assert_close(n2, G.segment_sqnorms(S, plan))\n"
+        "    torch.testing.assert_close(t2, G.segment_sqnorms(t, plan))\n"
+        "    C = torch.randn(3, len(lengths), dtype=torch.float64); out = torch.full_like(t, float('nan'))\n"
+        "    sums = T.combine(S, t, torch.tensor(0.3, dtype=torch.float64), C, table, out)\n"
+        "    ref = G.segment_combine(S, t, 0.3, C, plan)\n"
+        "    torch.testing.assert_close(out, ref); torch.testing.assert_close(sums.sum(), ref.sum())\n"
+        "print('ok')\n")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_gpu_layerwise_functions_equal_the_cpu_loop(dtype):
+    lengths = (9408, 64, 64, 36864, 1, 2048 * 3, 513)
+    gen = torch.Generator().manual_seed(5)
+    m = sum(lengths)
+    S = torch.randn(4, m, generator=gen, dtype=torch.float64)
+    t = torch.randn(m, generator=gen, dtype=torch.float64)
+    C = torch.randn(4, len(lengths), generator=gen, dtype=torch.float64)
+    dots, norms, tnorms, out = _loop(S, t, lengths, C, 0.3)
+    tol = dict(rtol=1e-4, atol=1e-3) if dtype == torch.float32 else dict(rtol=1e-10, atol=1e-9)
+    Sg, tg = S.to("cuda", dtype), t.to("cuda", dtype)
+    d, n2, t2 = layerwise_reductions(Sg, tg, lengths)
+    torch.testing.assert_close(d.double().cpu(), dots, **tol)
+    torch.testing.assert_close(n2.double().cpu(), norms, **tol)
+    torch.testing.assert_close(t2.double().cpu(), tnorms, **tol)
+    result = torch.full_like(tg, float("nan"))
+    sums = layerwise_combine(Sg, tg, torch.tensor(0.3, device="cuda"), C.to("cuda", dtype), lengths, out=result)
+    torch.testing.assert_close(result.double().cpu(), out, **tol)
+    assert torch.isfinite(sums).all()
