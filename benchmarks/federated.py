@@ -7,9 +7,12 @@ and 1 target client (500 images each), the 2-conv + 3-FC CNN (``small_cnn``), Ad
 target batch 16, 100 labelled target images, one local epoch, FedGP (β = 0.5, layer-wise exact
 projection), no warm-up (every timed round is an FDA round), no evaluation inside the timed rounds.
 
-(a) ``library``: :func:`fda_core.experiments.federated.run_experiment` — one module whose parameters are views into
+(a) ``library``: :func:`fda_core.experiments.federated.run_experiment` with ``client_batching="loop"`` — one module whose parameters are views into
     a flat vector, Adam as fused vector operations, updates written into a preallocated (N, m) buffer,
     no model copies.
+(a') ``library batched``: the same with ``client_batching="vmap"``: the 9 sources of a round trained as one
+    ``vmap``-ed computation over their stacked parameters (:mod:`fda_core.experiments.batched_clients`; the default on
+    CUDA).
 (b) ``plain loop``: the straightforward way to write Algorithm 1: ``copy.deepcopy`` of the global model
     for every client, a fresh ``torch.optim.Adam`` per client, updates as ``state_dict`` differences,
     the library's per-tensor ``fedgp`` on dicts, ``load_state_dict`` of the new global model.
@@ -53,10 +56,11 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def library_time(rounds: int, device: torch.device, ds) -> float:
+def library_time(rounds: int, device: torch.device, ds, batching: str = "loop") -> float:
     _sync(device)
     t0 = time.perf_counter()
-    run_experiment(_dataset=ds, rounds=rounds, eval_every=10 ** 6, device=str(device), **SETTING)
+    run_experiment(_dataset=ds, rounds=rounds, eval_every=10 ** 6, device=str(device), client_batching=batching,
+                   **SETTING)
     _sync(device)
     return time.perf_counter() - t0
 
@@ -108,17 +112,20 @@ def plain_time(rounds: int, device: torch.device, ds) -> float:
 
 def measure(device: torch.device, rounds: int, extra: int, repeats: int) -> dict:
     ds = get_dataset(SETTING["dataset"], **SETTING["dataset_options"], seed=SETTING["seed"])
-    library_time(1, device, ds), plain_time(1, device, ds)  # warm-up (allocator, kernels)
-    per = {"library": [], "plain loop": []}
+    batched_time = lambda r, d, data: library_time(r, d, data, "vmap")  # noqa: E731
+    library_time(1, device, ds), batched_time(1, device, ds), plain_time(1, device, ds)  # warm-up (allocator, kernels)
+    per = {"library": [], "library batched": [], "plain loop": []}
     for _ in range(repeats):
-        for name, fn in (("library", library_time), ("plain loop", plain_time)):
+        for name, fn in (("library", library_time), ("library batched", batched_time), ("plain loop", plain_time)):
             t_short = fn(rounds, device, ds)
             t_long = fn(rounds + extra, device, ds)
             # a difference <= 0 means set-up noise swamped the rounds (a loaded machine): recorded as NaN
             per[name].append((t_long - t_short) / extra if t_long > t_short else float("nan"))
     med = {k: statistics.median([x for x in v if math.isfinite(x)] or [float("nan")]) for k, v in per.items()}
     return {"device": str(device), "seconds_per_round": med, "rounds_per_second": {k: 1 / v for k, v in med.items()},
-            "ratio_plain_over_library": med["plain loop"] / med["library"], "repeats": per}
+            "ratio_plain_over_library": med["plain loop"] / med["library"],
+            "ratio_plain_over_batched": med["plain loop"] / med["library batched"],
+            "ratio_library_over_batched": med["library"] / med["library batched"], "repeats": per}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -143,9 +150,11 @@ def main(argv: list[str] | None = None) -> dict:
         r = measure(dev, args.rounds, args.extra, args.repeats)
         results.append(r)
         s = r["seconds_per_round"]
-        print(f"[{r['device']}] library {s['library'] * 1e3:8.1f} ms/round ({1 / s['library']:.2f} rounds/s) | "
-              f"plain loop {s['plain loop'] * 1e3:8.1f} ms/round ({1 / s['plain loop']:.2f} rounds/s) | "
-              f"plain/library = {r['ratio_plain_over_library']:.2f}x")
+        print(f"[{r['device']}] library (client loop) {s['library'] * 1e3:8.1f} ms/round ({1 / s['library']:.2f} rounds/s) | "
+              f"library (batched clients) {s['library batched'] * 1e3:8.1f} ms/round | "
+              f"plain loop {s['plain loop'] * 1e3:8.1f} ms/round ({1 / s['plain loop']:.2f} rounds/s)\n"
+              f"  plain/library = {r['ratio_plain_over_library']:.2f}x, plain/batched = {r['ratio_plain_over_batched']:.2f}x, "
+              f"client loop/batched = {r['ratio_library_over_batched']:.2f}x")
         if not math.isfinite(r["ratio_plain_over_library"]):
             print("  (timing swamped by set-up noise: raise --extra or run on an idle machine)")
     if args.json:

@@ -26,11 +26,16 @@ python3 -c "import torch, sys; print(sys.version.split()[0], torch.__version__, 
 for s in "$@"; do
   case $s in
     agg) step agg 90 python3 benchmarks/aggregation.py --device cuda --json "$OUT/agg.json" ;;
-    gputest) step gputest 240 python3 -m pytest -q -p no:cacheprovider tests/test_segmented.py tests/test_aggregation.py tests/test_federated.py ;;
+    gputest) step gputest 240 python3 -m pytest -q -p no:cacheprovider tests/test_segmented.py tests/test_aggregation.py tests/test_federated.py tests/test_batched_clients.py ;;
     variants) step variants 120 python3 benchmarks/aggregation_variants.py --device cuda --chunks 1024 ;;
     pd) step pd 150 python3 benchmarks/phase_diagram.py --device cuda --json "$OUT/pd.json" ;;
     fed) step fed 120 python3 benchmarks/federated.py --device cuda --json "$OUT/fed.json" ;;
     nb02) step nb02 150 python3 -m fda_core run 02 -p paper_scale true --out /tmp/executed --no-progress ;;
+    nb04p) step nb04p 130 python3 -m fda_core run 04 -p model mnist_cnn -p rounds 50 -p trials 5 --out /tmp/executed --no-progress ;;
+    nb05p) step nb05p 150 python3 -m fda_core run 05 -p paper_scale true --out /tmp/executed --no-progress ;;
+    nb06) step nb06 200 python3 -m fda_core run 06 --out /tmp/executed --no-progress ;;
+    nb07p) step nb07p 110 python3 -m fda_core run 07 -p paper_scale true --out /tmp/executed --no-progress ;;
+    nb08p) step nb08p 200 python3 -m fda_core run 08 -p paper_scale true --out /tmp/executed --no-progress ;;
     inb) step inb 170 python3 benchmarks/inb.py --device cuda --threads 0 --json "$OUT/inb.json" ;;
     inb-paper) step inb-paper 170 python3 benchmarks/inb.py --device cuda --threads 0 --n-per-class 500 --no-reference --json "$OUT/inb-paper.json" ;;
     *) echo "unknown step $s"; exit 2 ;;

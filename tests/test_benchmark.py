@@ -33,11 +33,11 @@ def test_benchmark_runs_and_reports_ratios():
 
 
 def test_federated_benchmark_smoke():
-    """benchmarks/federated.py --quick runs both implementations of the round loop and reports a ratio."""
+    """benchmarks/federated.py --quick runs the three implementations of the round loop and reports a ratio."""
     spec = importlib.util.spec_from_file_location("bench_federated", ROOT / "benchmarks" / "federated.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     out = mod.main(["--quick", "--device", "cpu"])
     (res,) = out["results"]
-    assert set(res["seconds_per_round"]) == {"library", "plain loop"}
+    assert set(res["seconds_per_round"]) == {"library", "library batched", "plain loop"}
     assert res["device"] == "cpu"

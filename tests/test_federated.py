@@ -161,7 +161,7 @@ def test_one_round_equals_hand_computation():
         run(rule="test_spy_fedda", beta=0.3, rounds=1, warmup_rounds=0)
         seen = _Spy.seen
         w, a, gT = seen["weights"], seen["aligned"], seen["gT"]
-        torch.testing.assert_close(w, torch.full((2,), 0.5))  # equal-size sources
+        torch.testing.assert_close(w, torch.full((2,), 0.5, device=w.device))  # equal-size sources
         torch.testing.assert_close(seen["agg"], 0.7 * gT + 0.3 * (w[:, None] * a).sum(0), rtol=1e-5, atol=1e-7)
     finally:
         methods._REGISTRY.pop("test_spy_fedda")
@@ -180,7 +180,7 @@ def test_one_round_equals_hand_computation():
         assert [h["target_acc"] for h in mine["history"]] == [h["target_acc"] for h in fedgp_run["history"]]
         a, gT = captured["aligned"], captured["gT"]
         proj = sum(0.5 * max(float(gT @ ai), 0.0) / float(ai @ ai) * ai for ai in a)
-        torch.testing.assert_close(aggregation.fedgp(a, gT, 1.0, torch.full((2,), 0.5)), proj, rtol=1e-4, atol=1e-7)
+        torch.testing.assert_close(aggregation.fedgp(a, gT, 1.0, torch.full((2,), 0.5, device=a.device)), proj, rtol=1e-4, atol=1e-7)
     finally:
         methods._REGISTRY.pop("test_spy_fedgp")
 

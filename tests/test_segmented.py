@@ -224,6 +224,6 @@ def test_gpu_layerwise_functions_equal_the_cpu_loop(dtype):
     torch.testing.assert_close(n2.double().cpu(), norms, **tol)
     torch.testing.assert_close(t2.double().cpu(), tnorms, **tol)
     result = torch.full_like(tg, float("nan"))
-    sums = layerwise_combine(Sg, tg, torch.tensor(0.3, device="cuda"), C.to("cuda", dtype), lengths, out=result)
+    sums = layerwise_combine(Sg, tg, 0.3, C.to("cuda", dtype), lengths, out=result)
     torch.testing.assert_close(result.double().cpu(), out, **tol)
     assert torch.isfinite(sums).all()

@@ -92,21 +92,25 @@ def _flat_rows(tensors: list[list[Tensor]]) -> Tensor:
     """``tensors[i][k]`` (flat (m_k,) views) as one (N, m) tensor: a strided view of their storage when every row
     lies back to back in key order with a common row stride, else a copy."""
     first = tensors[0][0]
-    n, m = len(tensors), sum(x.numel() for x in tensors[0])
-    storage = first.untyped_storage()
-    base = first.storage_offset()
-    row_stride = tensors[1][0].storage_offset() - base if n > 1 else m
-    same = row_stride >= m or n == 1
-    for i, row in enumerate(tensors):
-        offset = base + i * row_stride
-        for x in row:
+    n = len(tensors)
+    sizes = [x.numel() for x in tensors[0]]
+    m = sum(sizes)
+    item = first.element_size()
+    base = first.data_ptr()
+    row_stride = (tensors[1][0].data_ptr() - base) // item if n > 1 else m
+    same = (row_stride >= m or n == 1) and all(x.dtype == first.dtype for x in tensors[0])
+    if same:
+        for i, row in enumerate(tensors):
+            ptr = base + i * row_stride * item
+            for x, size in zip(row, sizes):
+                if x.data_ptr() != ptr or (size > 1 and x.stride(0) != 1):
+                    same = False
+                    break
+                ptr += size * item
             if not same:
                 break
-            same = (x.untyped_storage().data_ptr() == storage.data_ptr() and x.storage_offset() == offset
-                    and x.dtype == first.dtype and (x.numel() <= 1 or x.stride(0) == 1))
-            offset += x.numel()
     if same:
-        return first.as_strided((n, m), (row_stride, 1), base)
+        return first.as_strided((n, m), (row_stride, 1), first.storage_offset())
     out = torch.empty(n, m, dtype=first.dtype, device=first.device)
     for i, row in enumerate(tensors):
         torch.cat(row, out=out[i])
@@ -237,7 +241,9 @@ def _normalise_dicts(source_grads: Sequence[GradDict], target_grad: TargetGrad |
             t = torch.zeros(shape, dtype=source_grads[0][k].dtype, device=source_grads[0][k].device)
         shapes.append(shape)
         targets.append(t.reshape(-1))
-        per_source.append([_as_float_tensor(s[k], f"source_grads[{i}][{k!r}]").reshape(-1) for i, s in enumerate(source_grads)])
+        per_source.append([(x if isinstance(x, Tensor) and x.is_floating_point()  # the name is formatted on error only
+                            else _as_float_tensor(x, f"source_grads[{i}][{k!r}]")).reshape(-1)
+                           for i, x in enumerate(s[k] for s in source_grads)])
     flat = None
     dtypes = {x.dtype for x in targets} | {x.dtype for row in per_source for x in row}
     devices = {x.device for x in targets} | {x.device for row in per_source for x in row}
@@ -446,7 +452,10 @@ def _out_buffers(out: Tensor | GradDict | None, blocks: _Blocks) -> list[Tensor]
             )
         if not buf.is_contiguous():
             raise ValueError(f"{name} must be contiguous")
-        sources = blocks.sources[k] if blocks.sources is not None else blocks.per_source[k]  # type: ignore[index]
+        if blocks.flat is not None:  # what is read is the flat buffer (views of the sources, or their copy)
+            sources = [blocks.flat.sources]
+        else:
+            sources = blocks.sources[k] if blocks.sources is not None else blocks.per_source[k]  # type: ignore[index]
         storage = buf.untyped_storage().data_ptr()
         if any(src.untyped_storage().data_ptr() == storage for src in sources):
             raise ValueError(f"{name} shares memory with source_grads; it would be overwritten while being read")

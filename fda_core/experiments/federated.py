@@ -35,6 +35,7 @@ from ..common.checks import is_int as _is_int
 from ..common.checks import is_number as _is_num
 from ..common.devices import resolve_device
 from ..common.seeding import derive_seed, generator
+from .batched_clients import CLIENT_BATCHING, batching_blockers, train_sources_batched
 from .flat import FlatAdam, FlatModel, accuracy, count_steps, local_train
 from .methods import ClientInfo, Method, RoundInfo, RoundResults, get_method
 
@@ -67,9 +68,16 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "seed": 0,
     "device": "auto",
     "eval_every": 1,
+    "client_batching": "auto",      # source clients of a round trained as one vmap-ed computation: 'auto' (on CUDA
+                                    # when the run qualifies), 'vmap' or 'loop' (experiments/batched_clients.py);
+                                    # like 'device', an execution choice (float rounding only), not part of a run's key
     "alignment_steps": "fractional",  # step counts of the magnitude-alignment factor: 'fractional' (n/bs·epochs,
                                       # FedGP paper Eq. B.2 and its code) or 'taken' (⌈n/bs⌉·epochs)
 }
+
+#: Config keys that choose how a run executes, not what it computes (float rounding aside): left out of store keys
+#: and of the settings notes of result tables.
+EXECUTION_KEYS = ("device", "client_batching")
 
 #: Allowed values of ``alignment_steps`` (``docs/reproduction.md`` § Reference-exact options).
 ALIGNMENT_STEPS = ("fractional", "taken")
@@ -112,6 +120,7 @@ def make_config(**config: Any) -> dict[str, Any]:
     for key in ("source_lr", "lr_decay"):
         _check(_is_num(c[key]) and c[key] > 0, key, "a positive finite number", c[key])
     _check(c["optimizer"] in ("adam", "sgd"), "optimizer", "'adam' or 'sgd'", c["optimizer"])
+    _check(c["client_batching"] in CLIENT_BATCHING, "client_batching", "'auto', 'loop' or 'vmap'", c["client_batching"])
     _check(c["alignment_steps"] in ALIGNMENT_STEPS, "alignment_steps", "'fractional' or 'taken'", c["alignment_steps"])
     if c["target_lr"] is None:
         c["target_lr"] = c["source_lr"] / 5  # auto-weighted paper App. C.2: target lr = 1/5 of source lr
@@ -273,7 +282,25 @@ class Run:
                 s["y_aux"] = torch.cat([s["y"].unsqueeze(1).to(s["aux"].dtype), s["aux"]], 1)
         custom = type(method).local_loss is not Method.local_loss
         self._loss = (lambda client: (lambda module, x, y: method.local_loss(module, x, y, client))) if custom else None
+        self._batched_sources = self._plan_batching(custom)
         method.setup(self)
+
+    def _plan_batching(self, custom_loss: bool) -> dict[str, Any] | None:
+        """The stacked source data and optimiser when the round's sources train as one batched computation
+        (``client_batching``; experiments/batched_clients.py), else None."""
+        mode = self.config["client_batching"]
+        if mode == "loop" or (mode == "auto" and self.device.type != "cuda"):
+            return None
+        blockers = batching_blockers(self.model, self.sources, custom_loss=custom_loss,
+                                     aux_labels=getattr(self.method, "uses_aux_labels", False))
+        if blockers:
+            if mode == "vmap":
+                raise ValueError("client_batching='vmap' cannot batch this run's source clients: " + "; ".join(blockers)
+                                 + " (use 'auto' or 'loop')")
+            return None
+        fm = self.model
+        return {"x": torch.stack([s["x"] for s in self.sources]), "y": torch.stack([s["y"] for s in self.sources]),
+                "optimizer": FlatAdam(len(self.sources) * fm.m, self.device, fm.flat.dtype, kind=self.config["optimizer"])}
 
     # -- what clients do -------------------------------------------------------------------------
     def _train(self, x: Tensor, y: Tensor, *, epochs: int, batch_size: int, lr: float, key: tuple[int, ...],
@@ -365,7 +392,15 @@ class Run:
         plan = method.configure_round(info)
         src_steps: list[int] = []
         src_bufs: list[dict[str, Tensor]] = []
-        if plan.sources:
+        if plan.sources and self._batched_sources is not None:
+            b = self._batched_sources
+            steps = train_sources_batched(
+                fm, b["optimizer"], self.theta, b["x"], b["y"], epochs=c["local_epochs"], batch_size=c["source_batch_size"],
+                lr=lr_s, generators=[generator(c["seed"], _STREAM_CLIENT, r, _SOURCE, i) for i in range(len(self.sources))],
+                names=[f"source client {s['name']!r}, round {r}" for s in self.sources], out=self._source_updates)
+            self._source_updates.sub_(self.theta)  # g_i = h_i^(r) − h^(r-1)
+            src_steps, src_bufs = [steps] * len(self.sources), [{} for _ in self.sources]
+        elif plan.sources:
             for i, s in enumerate(self.sources):
                 src_steps.append(self._train(s["x"], s.get("y_aux", s["y"]), epochs=c["local_epochs"],
                                              batch_size=c["source_batch_size"],
@@ -475,8 +510,9 @@ def run_experiment(*, _dataset: Any = None, progress: bool = False, **config: An
 # Many runs through the result store
 # ---------------------------------------------------------------------------------------------
 def store_key(c: Mapping[str, Any]) -> dict[str, Any]:
-    """The part of a resolved config that identifies a run in the store (everything but 'device')."""
-    return {k: v for k, v in c.items() if k != "device"}
+    """The part of a resolved config that identifies a run in the store (everything but the execution choices
+    'device' and 'client_batching', which change float rounding only)."""
+    return {k: v for k, v in c.items() if k not in EXECUTION_KEYS}
 
 
 def code_revision_of(rule: str) -> str:

@@ -100,7 +100,9 @@ def setting_note(results: Sequence[Mapping[str, Any]], *, paper: str = "") -> st
         return "no runs" + (f"\n{paper}" if paper else "")
     configs = [dict(r["config"]) for r in results]
     # sorted, so that the note is the same whether the runs were computed now or read back from the store
-    keys = sorted({k for c in configs for k in c if k not in ("device", "rule", "method_options")})
+    from .federated import EXECUTION_KEYS  # how a run executed (device, client batching) is not a setting
+
+    keys = sorted({k for c in configs for k in c if k not in (*EXECUTION_KEYS, "rule", "method_options")})
     same, varying = [], []
     for k in keys:
         values = [_fmt(c.get(k)) for c in configs]
