@@ -203,15 +203,8 @@ def make_updates(named: list[tuple[str, Shape]], n_sources: int, device: torch.d
     S = torch.randn(n_sources, m, generator=gen, dtype=torch.float32).to(device)
     t = torch.randn(m, generator=gen, dtype=torch.float32).to(device)
 
-    def split(flat: torch.Tensor) -> dict[str, torch.Tensor]:
-        d, off = {}, 0
-        for name, shape in named:
-            k = math.prod(shape)
-            d[name] = flat[off:off + k].view(shape).clone()
-            off += k
-        return d
-
-    return S, t, [split(S[i]) for i in range(n_sources)], split(t)
+    separate = [{k: v.clone() for k, v in d.items()} for d in _views(named, torch.cat([S, t.unsqueeze(0)]))]
+    return S, t, separate[:-1], separate[-1]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -88,9 +88,9 @@ def _segmented(device: torch.device) -> bool:
     return LAYERWISE_BACKEND == "segmented" or (LAYERWISE_BACKEND == "auto" and device.type == "cuda")
 
 
-def _flat_rows(tensors: list[list[Tensor]]) -> Tensor:
-    """``tensors[i][k]`` (flat (m_k,) views) as one (N, m) tensor: a strided view of their storage when every row
-    lies back to back in key order with a common row stride, else a copy."""
+def _laid_out(tensors: list[list[Tensor]]) -> Tensor | None:
+    """``tensors[i][k]`` (flat (m_k,) views) as one strided (N, m) view of their storage when every row lies back to
+    back in key order with a common row stride; None otherwise."""
     first = tensors[0][0]
     n = len(tensors)
     sizes = [x.numel() for x in tensors[0]]
@@ -98,20 +98,24 @@ def _flat_rows(tensors: list[list[Tensor]]) -> Tensor:
     item = first.element_size()
     base = first.data_ptr()
     row_stride = (tensors[1][0].data_ptr() - base) // item if n > 1 else m
-    same = (row_stride >= m or n == 1) and all(x.dtype == first.dtype for x in tensors[0])
-    if same:
-        for i, row in enumerate(tensors):
-            ptr = base + i * row_stride * item
-            for x, size in zip(row, sizes):
-                if x.data_ptr() != ptr or (size > 1 and x.stride(0) != 1):
-                    same = False
-                    break
-                ptr += size * item
-            if not same:
-                break
-    if same:
-        return first.as_strided((n, m), (row_stride, 1), first.storage_offset())
-    out = torch.empty(n, m, dtype=first.dtype, device=first.device)
+    if not (row_stride >= m or n == 1) or any(x.dtype != first.dtype for x in tensors[0]):
+        return None
+    for i, row in enumerate(tensors):
+        ptr = base + i * row_stride * item
+        for x, size in zip(row, sizes):
+            if x.data_ptr() != ptr or (size > 1 and x.stride(0) != 1):
+                return None
+            ptr += size * item
+    return first.as_strided((n, m), (row_stride, 1), first.storage_offset())
+
+
+def _flat_rows(tensors: list[list[Tensor]]) -> Tensor:
+    """``tensors[i][k]`` as one (N, m) tensor: the view of :func:`_laid_out` when there is one, else a copy."""
+    view = _laid_out(tensors)
+    if view is not None:
+        return view
+    first = tensors[0][0]
+    out = torch.empty(len(tensors), sum(x.numel() for x in tensors[0]), dtype=first.dtype, device=first.device)
     for i, row in enumerate(tensors):
         torch.cat(row, out=out[i])
     return out
@@ -245,9 +249,8 @@ def _normalise_dicts(source_grads: Sequence[GradDict], target_grad: TargetGrad |
                             else _as_float_tensor(x, f"source_grads[{i}][{k!r}]")).reshape(-1)
                            for i, x in enumerate(s[k] for s in source_grads)])
     flat = None
-    dtypes = {x.dtype for x in targets} | {x.dtype for row in per_source for x in row}
-    devices = {x.device for x in targets} | {x.device for row in per_source for x in row}
-    if len(dtypes) == 1 and len(devices) == 1 and all(x.numel() for x in targets) and _segmented(targets[0].device):
+    if _segmented(targets[0].device) and all(x.numel() for x in targets) and len(
+            {(x.dtype, x.device) for x in targets} | {(x.dtype, x.device) for row in per_source for x in row}) == 1:
         rows = [[per_source[k][i] for k in range(len(keys))] for i in range(len(source_grads))]
         flat = _FlatLayout(_flat_rows(rows), _flat_rows([targets])[0], tuple(x.numel() for x in targets))
     return _Blocks("dict", len(source_grads), targets, per_source=per_source, keys=keys, shapes=shapes, flat=flat)
@@ -305,8 +308,7 @@ def _check_weights(weights: BetaLike | None, blocks: _Blocks) -> Tensor:
     total = w.sum(-1, keepdim=True)
     if bool((total <= 0).any()):
         raise ValueError(f"weights must have a positive sum, got {weights!r}")
-    w = _to_target_device(w, blocks)
-    return w / w.sum(-1, keepdim=True)
+    return _to_target_device(w / total, blocks)
 
 
 def _to_target_device(x: Tensor, blocks: _Blocks) -> Tensor:
@@ -485,16 +487,11 @@ def _aggregate_flat(blocks: _Blocks, target_coef: Tensor, coefs: list[Tensor], c
     flat = blocks.flat
     buffers = _out_buffers(out, blocks)
     target = flat.target
-    result = None
-    if buffers is not None:
-        laid_out = _flat_rows([buffers])
-        if laid_out.untyped_storage().data_ptr() == buffers[0].untyped_storage().data_ptr():
-            result = laid_out[0]
-    if result is None:
-        result = torch.empty_like(target)
+    laid_out = _laid_out([buffers]) if buffers is not None else None
+    result = laid_out[0] if laid_out is not None else torch.empty_like(target)
     sums = layerwise_combine(flat.sources, target, target_coef, torch.stack(coefs, 1), flat.lengths, out=result)
     views = list(torch.split(result, list(flat.lengths)))
-    if buffers is not None and views[0].data_ptr() != buffers[0].data_ptr():
+    if buffers is not None and laid_out is None:  # out's tensors lie apart: copy the result into them
         torch._foreach_copy_(buffers, views)
         views = buffers
     _check_finite(blocks, sums, [result], checks)
