@@ -17,7 +17,10 @@ same data:
     flattened tensors pulled to the host with ``.item()``, ``if cos > 0:`` a projection length
     ``cos · ‖g_T‖ / ‖g_i‖`` (= ⟨g_T, g_i⟩ / ‖g_i‖², the exact projection, so the result can be compared)
     and an out-of-place accumulation into a new state dict. The script asserts it agrees with (b).
-(b) ``per-tensor``: the library, layer-wise (dict) form, ``fedgp(list_of_dicts, target_dict, 0.5)``.
+(b) ``per-tensor``: the library, layer-wise (dict) form, ``fedgp(list_of_dicts, target_dict, 0.5)``; ``views``:
+    the same with dicts of views into one (N, m) buffer; ``segments``: the same layer-wise rule on that buffer
+    with the tensors' lengths, ``fedgp(S, t, 0.5, segments=lengths)`` (no dicts; what the federated engine
+    passes), equal bit for bit to the dict form on the same memory.
 (c) ``flat``: the library, flat form, ``fedgp(S, t, 0.5)`` with S a pre-built (N, m) tensor (one global
     projection over all m parameters, so its result differs from (a)/(b) by design).
 (d) ``copy floor``: ``dst.copy_(S)`` into a preallocated dst: N·m·4 bytes read and written. Any FedGP
@@ -331,8 +334,8 @@ def _check_agree(naive: dict[str, torch.Tensor], lib: dict[str, torch.Tensor]) -
     return worst
 
 
-FORMS = ("naive", "per-tensor", "per-tensor+out", "views", "views+out", "cosine views+out", "flat", "flat+out",
-         "cosine flat+out", "copy floor")
+FORMS = ("naive", "per-tensor", "per-tensor+out", "views", "views+out", "cosine views+out", "segments+out",
+         "cosine segments+out", "flat", "flat+out", "cosine flat+out", "copy floor")
 
 
 def run(device: str = "cpu", sources: Sequence[int] = (4,), repeats: int = 3, shapes: Sequence[Any] | None = None,
@@ -367,6 +370,8 @@ def run(device: str = "cpu", sources: Sequence[int] = (4,), repeats: int = 3, sh
         # the (m,) target (FlatModel.as_dicts), and an out dict of views into one flat buffer
         view_dicts, view_target = _views(named, S), _views(named, t.unsqueeze(0))[0]
         out_views = _views(named, torch.empty_like(t).unsqueeze(0))[0]
+        # the same layer-wise rule without dicts: the flat buffers and the tensors' lengths (what the engine passes)
+        lengths = [math.prod(shape) for _, shape in named]
 
         # correctness first: naive loop == library per-tensor form
         diff = _check_agree(naive_fedgp(src_dicts, tgt_dict, BETA), fedgp(src_dicts, tgt_dict, BETA))
@@ -382,6 +387,8 @@ def run(device: str = "cpu", sources: Sequence[int] = (4,), repeats: int = 3, sh
             "views": lambda: fedgp(view_dicts, view_target, BETA),
             "views+out": lambda: fedgp(view_dicts, view_target, BETA, out=out_views),
             "cosine views+out": lambda: fedgp_cosine(view_dicts, view_target, BETA, out=out_views),
+            "segments+out": lambda: fedgp(S, t, BETA, out=out_flat, segments=lengths),
+            "cosine segments+out": lambda: fedgp_cosine(S, t, BETA, out=out_flat, segments=lengths),
             "cosine flat+out": lambda: fedgp_cosine(S, t, BETA, out=out_flat),
             "flat": lambda: fedgp(S, t, BETA),
             "flat+out": lambda: fedgp(S, t, BETA, out=out_flat),
@@ -391,8 +398,8 @@ def run(device: str = "cpu", sources: Sequence[int] = (4,), repeats: int = 3, sh
         # aggregation pays this on top of reading the sources; on some machines (VMs, no transparent
         # huge pages) the first-touch page faults make it a large part of the total.
         fns["alloc"] = lambda: torch.empty_like(t).fill_(0.0)
-        order = ["copy floor", "per-tensor", "per-tensor+out", "views", "views+out", "cosine views+out", "flat",
-                 "flat+out", "cosine flat+out", "alloc", "naive"]
+        order = ["copy floor", "per-tensor", "per-tensor+out", "views", "views+out", "cosine views+out", "segments+out",
+                 "cosine segments+out", "flat", "flat+out", "cosine flat+out", "alloc", "naive"]
         if interleave:
             times = time_round_robin({k: fns[k] for k in order}, dev, repeats, warmup)
         else:
@@ -462,16 +469,18 @@ def format_report(records: list[dict], env: dict) -> str:
         lines.append("")
     lines.append("Ratios (library/floor; naive/library). The floor copies into a preallocated buffer, as the")
     lines.append("'+out' forms do (fedgp(..., out=buf), what a training loop reuses each round); the default forms")
-    lines.append("also allocate a fresh m-sized result. The target is judged on the '+out' forms of views (the dicts the")
-    lines.append("federated engine passes: views into one (N, m) buffer) and of the flat form, FedGP and its cosine variant;")
-    lines.append("'per-tensor' dicts hold separate tensors (a state dict), which a GPU first copies into one buffer.")
+    lines.append("also allocate a fresh m-sized result. The target is judged on the '+out' forms of the layer-wise rule")
+    lines.append("(views: dicts of views into one (N, m) buffer; segments: that buffer and the tensors' lengths, what the")
+    lines.append("federated engine passes) and of the flat form, FedGP and its cosine variant; 'per-tensor' dicts hold")
+    lines.append("separate tensors (a state dict), which a GPU first copies into one buffer.")
     for n, forms in by_n.items():
         r = {f: forms[f]["ratio_to_floor"] for f in FORMS}
         sp = {f: forms[f]["speedup_vs_naive"] for f in FORMS}
-        judged = ("views+out", "cosine views+out", "flat+out", "cosine flat+out")
+        judged = ("views+out", "cosine views+out", "segments+out", "cosine segments+out", "flat+out", "cosine flat+out")
         lines.append(
             f"  N={n}: library/floor per-tensor = {r['per-tensor']:.2f} (out= {r['per-tensor+out']:.2f}), "
             f"views = {r['views']:.2f} (out= {r['views+out']:.2f}, cosine {r['cosine views+out']:.2f}), "
+            f"segments+out = {r['segments+out']:.2f} (cosine {r['cosine segments+out']:.2f}), "
             f"flat = {r['flat']:.2f} (out= {r['flat+out']:.2f}, cosine {r['cosine flat+out']:.2f});  naive/library "
             f"per-tensor = {sp['per-tensor']:.1f}, views = {sp['views']:.1f}, flat = {sp['flat']:.1f}"
             f"   [{'ok' if max(r[f] for f in judged) <= target else 'ABOVE TARGET'}]"

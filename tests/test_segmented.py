@@ -183,6 +183,98 @@ def test_python_beta_and_weights_are_checked_on_the_host(device):
     assert out.device.type == device
 
 
+SEGMENT_RULES = {
+    "fedgp": lambda src, tgt, **kw: agg.fedgp(src, tgt, [0.2, 0.7, 0.5], [1.0, 2.0, 3.0], **kw),
+    "fedgp_nofilter": lambda src, tgt, **kw: agg.fedgp_nofilter(src, tgt, 0.4, **kw),
+    "fedgp_cosine": lambda src, tgt, **kw: agg.fedgp_cosine(src, tgt, 0.5, alignment=[0.5, 1.0, 2.0], **kw),
+}
+
+
+@settings(max_examples=25, deadline=None)
+@given(lengths=st.lists(st.integers(1, 40), min_size=1, max_size=7), backend=st.sampled_from(["loop", "segmented"]),
+       rule=st.sampled_from(sorted(SEGMENT_RULES)), seed=st.integers(0, 2**16))
+def test_segments_form_equals_the_dict_form_bit_for_bit(lengths, backend, rule, seed):
+    """fedgp(S, t, β, segments=lengths) is the dict form on views of the same rows, the same bits on either backend
+    (the engine passes segments, so CPU results did not move when it stopped building dicts)."""
+    gen = torch.Generator().manual_seed(seed)
+    m = sum(lengths)
+    S, t = torch.randn(3, m, generator=gen), torch.randn(m, generator=gen)
+    S[0, : lengths[0]] = 0.0  # a zero segment of a source: its projection is 0, no NaN
+    names = [f"p{k}" for k in range(len(lengths))]
+    # views of the very same memory: a BLAS dot's rounding may depend on the address alignment of its operands
+    views = [dict(zip(names, row.split(lengths))) for row in [*S, t]]
+    fn = SEGMENT_RULES[rule]
+    old = agg.LAYERWISE_BACKEND
+    agg.LAYERWISE_BACKEND = backend
+    try:
+        expected = torch.cat([v.reshape(-1) for v in fn(views[:3], views[3]).values()])
+        got = fn(S, t, segments=lengths)
+        out = torch.full((m,), float("nan"))
+        assert fn(S, t, segments=tuple(lengths), out=out) is out
+        in_place = t.clone()  # out may be the target itself
+        fn(S, in_place, segments=lengths, out=in_place)
+    finally:
+        agg.LAYERWISE_BACKEND = old
+    assert got.shape == (m,) and torch.equal(got, expected) and torch.equal(out, expected)
+    torch.testing.assert_close(in_place, expected, rtol=0, atol=0)
+
+
+def test_segments_hand_case():
+    # two segments; source 0 projects positively on segment 0 and negatively on segment 1 (filtered out there)
+    S = torch.tensor([[1.0, 0.0, -1.0], [0.0, 2.0, 0.0]])
+    t = torch.tensor([2.0, 1.0, 3.0])
+    got = agg.fedgp(S, t, 1.0, segments=[2, 1])
+    # segment 0: ⟨t, s_0⟩ = 2, ‖s_0‖² = 1 → 2·s_0 = (2, 0); ⟨t, s_1⟩ = 2, ‖s_1‖² = 4 → s_1/2 = (0, 1); weights 1/2
+    # segment 1: ⟨t, s_0⟩ = −3 → 0; s_1 is zero there → 0
+    torch.testing.assert_close(got, torch.tensor([1.0, 0.5, 0.0]))
+    flat = agg.fedgp(S, t, 1.0)  # one projection over all three entries differs
+    assert not torch.allclose(flat, got)
+
+
+@pytest.mark.parametrize("backend", ["loop", "segmented"])
+def test_segments_bad_input_names_the_parameter(monkeypatch, backend):
+    monkeypatch.setattr(agg, "LAYERWISE_BACKEND", backend)
+    S, t = torch.randn(2, 6), torch.randn(6)
+    for bad, match in [([2, 3], "segments must sum to m = 6"), ([0, 6], "positive integers"), ([2.0, 4], "positive integers"),
+                       ("24", "sequence of positive segment lengths"), ([], "positive integers")]:
+        with pytest.raises(ValueError, match=match):
+            agg.fedgp(S, t, 0.5, segments=bad)
+    with pytest.raises(ValueError, match=r"one \(N, m\) tensor"):
+        agg.fedgp([S[0], S[1]], t, 0.5, segments=[6])
+    with pytest.raises(ValueError, match=r"one \(m,\) tensor"):
+        agg.fedgp(S, t.view(2, 3), 0.5, segments=[6])
+    with pytest.raises(ValueError, match="out must be a contiguous tensor of shape \\(6,\\)"):
+        agg.fedgp(S, t, 0.5, segments=[6], out=torch.empty(5))
+    with pytest.raises(ValueError, match="shares memory with source_grads"):
+        agg.fedgp(S, t, 0.5, segments=[6], out=S[1])
+    bad_source, bad_target = S.clone(), t.clone()
+    bad_source[1, 4], bad_target[0] = float("nan"), float("inf")
+    where = " \\(segment 1\\)" if backend == "loop" else ""
+    with pytest.raises(ValueError, match=r"source_grads\[1\]" + where + " contains NaN"):
+        agg.fedgp(bad_source, t, 0.5, segments=[3, 3])
+    with pytest.raises(ValueError, match="target_grad.* contains NaN or inf"):
+        agg.fedgp_cosine(S, bad_target, 0.5, segments=[3, 3])
+
+
+def test_round_results_read_the_segments_from_as_dict():
+    from fda_core.experiments.methods import RoundResults
+
+    layout = [("w", 0, 4, torch.Size([2, 2])), ("b", 4, 2, torch.Size([2]))]
+
+    def make(as_dict):
+        return RoundResults(source_updates=torch.zeros(2, 6), source_steps=[1, 1], weights=torch.tensor([0.5, 0.5]),
+                            source_buffers=[{}, {}], target_update=torch.zeros(6), target_params=torch.zeros(6),
+                            target_parts=None, target_steps=1, target_buffers={}, lr_source=1e-3, lr_target=1e-3,
+                            scratch=torch.empty(6), as_dict=as_dict, as_dicts=lambda rows: [as_dict(r) for r in rows])
+
+    res = make(lambda v: {n: v[o:o + k].view(s) for n, o, k, s in layout})
+    assert res.segment_lengths() == (4, 2)
+    with pytest.raises(ValueError, match="tile the flat vector"):
+        make(lambda v: {"b": v[4:6], "w": v[0:4].view(2, 2)}).segment_lengths()
+    with pytest.raises(ValueError, match="cover 4 of"):
+        make(lambda v: {"w": v[0:4].view(2, 2)}).segment_lengths()
+
+
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed (the CPU torch wheel has none)")
 def test_triton_kernels_in_the_interpreter():
     """The GPU kernels, run by Triton's CPU interpreter in a subprocess (TRITON_INTERPRET must be set before import)."""

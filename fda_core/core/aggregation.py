@@ -15,7 +15,12 @@ Accepted forms of ``source_grads`` (and the matching ``target_grad``):
   the target's shape;
 * a sequence of N parameter dicts (name → tensor) with ``target_grad`` a dict with the same keys and
   shapes: per-tensor (layer-wise) aggregation, the result is a dict. FedGP then projects each tensor
-  separately (``docs/theory.md`` § Layer-wise application).
+  separately (``docs/theory.md`` § Layer-wise application);
+* the same layer-wise aggregation without dicts: a tensor ``(N, m)`` with ``target_grad`` ``(m,)`` and
+  ``segments=(n_1, …, n_L)``, the lengths of the parameter tensors laid out back to back in each row
+  (:func:`fedgp`, :func:`fedgp_nofilter`, :func:`fedgp_cosine`). The result is the flat ``(m,)`` tensor whose
+  segments equal the dict form's tensors, bit for bit on the default backend; on a GPU it skips the per-tensor
+  Python work of the dict form (``benchmarks/aggregation.py``, form ``segments+out``).
 
 ``beta``: a float, or one float per source (shape ``(N,)``, or ``(*batch, N)`` for batched input).
 ``weights``: per-source weights w_i ≥ 0 (default uniform), normalised to sum to 1.
@@ -130,7 +135,7 @@ class _Blocks:
     (``per_source``) because stacking them would copy every byte once more.
     """
 
-    kind: str  # "tensor" | "sequence" | "dict"
+    kind: str  # "tensor" | "sequence" | "dict" | "segments"
     n_sources: int
     target: list[Tensor]
     sources: list[Tensor] | None = None  # flat kinds: [(*batch, N, m)]
@@ -138,11 +143,23 @@ class _Blocks:
     keys: list[str] | None = None
     shapes: list[torch.Size] | None = None
     target_shape: torch.Size | None = None
-    flat: _FlatLayout | None = None  # dict kind, segmented backend: the same numbers as one (N, m) buffer
+    flat: _FlatLayout | None = None  # dict/segments kind, segmented backend: the same numbers as one (N, m) buffer
+    result: Tensor | None = None  # segments kind, loop backend: the flat (m,) buffer ``target``'s blocks view
 
     @property
     def batch_shape(self) -> torch.Size:
         return self.target[0].shape[:-1]
+
+    @property
+    def n_blocks(self) -> int:
+        """L: the number of blocks the coefficients are computed for (segments, keys, or 1 for flat input)."""
+        return len(self.flat.lengths) if self.flat is not None else len(self.target)
+
+    def where(self, k: int) -> str:
+        """How error messages name block k: ``[key]`` for dicts, `` (segment k)`` for segments, else nothing."""
+        if self.keys:
+            return f"[{self.keys[k]!r}]"
+        return f" (segment {k})" if self.kind == "segments" else ""
 
 
 def _as_float_tensor(x: Any, name: str) -> Tensor:
@@ -153,8 +170,11 @@ def _as_float_tensor(x: Any, name: str) -> Tensor:
     return x
 
 
-def _normalise(source_grads: SourceGrads, target_grad: TargetGrad | None) -> _Blocks:
+def _normalise(source_grads: SourceGrads, target_grad: TargetGrad | None,
+               segments: Sequence[int] | None = None) -> _Blocks:
     """Validate the gradient arguments and bring them to the internal block form."""
+    if segments is not None:
+        return _normalise_segments(source_grads, target_grad, segments)
     if isinstance(source_grads, Tensor):
         src = _as_float_tensor(source_grads, "source_grads")
         if src.ndim < 2:
@@ -256,6 +276,40 @@ def _normalise_dicts(source_grads: Sequence[GradDict], target_grad: TargetGrad |
     return _Blocks("dict", len(source_grads), targets, per_source=per_source, keys=keys, shapes=shapes, flat=flat)
 
 
+def _check_segments(segments: Any, m: int) -> tuple[int, ...]:
+    """``segments`` as a tuple of positive ints summing to ``m`` (a ValueError naming it otherwise)."""
+    if isinstance(segments, (str, bytes, Mapping)) or not isinstance(segments, (Sequence, Tensor)):
+        raise ValueError(f"segments must be a sequence of positive segment lengths, got {type(segments).__name__}")
+    values = segments.tolist() if isinstance(segments, Tensor) else list(segments)
+    if not values or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in values):
+        raise ValueError(f"segments must be one or more positive integers (segment lengths), got {values[:8]}")
+    if sum(values) != m:
+        raise ValueError(f"segments must sum to m = {m} (the length of each row of source_grads), got {sum(values)}")
+    return tuple(values)
+
+
+def _normalise_segments(source_grads: SourceGrads, target_grad: TargetGrad | None, segments: Any) -> _Blocks:
+    """The segments form: sources (N, m), target (m,) and segment lengths, as the blocks of a layer-wise rule.
+
+    Segmented backend: the buffers themselves (no per-segment Python work). Loop backend: per-segment views of
+    them, exactly the blocks the dict form builds from views of the same rows, so both give the same bits.
+    """
+    if not isinstance(source_grads, Tensor) or source_grads.ndim != 2:
+        shape = tuple(source_grads.shape) if isinstance(source_grads, Tensor) else type(source_grads).__name__
+        raise ValueError(f"segments needs source_grads as one (N, m) tensor, got {shape}")
+    if target_grad is not None and (not isinstance(target_grad, Tensor) or target_grad.ndim != 1):
+        shape = tuple(target_grad.shape) if isinstance(target_grad, Tensor) else type(target_grad).__name__
+        raise ValueError(f"segments needs target_grad as one (m,) tensor, got {shape}")
+    blocks = _normalise(source_grads, target_grad)  # shapes, devices, N >= 1
+    src, tgt = blocks.sources[0], blocks.target[0]  # type: ignore[index]
+    lengths = _check_segments(segments, src.shape[-1])
+    if _segmented(tgt.device) and src.dtype == tgt.dtype:
+        return _Blocks("segments", blocks.n_sources, [tgt], sources=[src], flat=_FlatLayout(src, tgt, lengths))
+    columns = src.split(lengths, dim=1)
+    return _Blocks("segments", blocks.n_sources, list(tgt.split(lengths)),
+                   per_source=[list(c.unbind(0)) for c in columns], shapes=[torch.Size([n]) for n in lengths])
+
+
 def _per_source(value: BetaLike | None, blocks: _Blocks, name: str, *, default: float | None = None) -> Tensor:
     """β or weights as a tensor broadcastable to (*batch, N) on the target's device and dtype.
 
@@ -321,8 +375,7 @@ def _raise_non_finite(blocks: _Blocks) -> None:
     """Slow path, only after a non-finite result: find and name the offending argument."""
     for k, t in enumerate(blocks.target):
         if not bool(torch.isfinite(t).all()):
-            where = f"[{blocks.keys[k]!r}]" if blocks.keys else ""
-            raise ValueError(f"target_grad{where} contains NaN or inf")
+            raise ValueError(f"target_grad{blocks.where(k) if blocks.per_source is not None else ''} contains NaN or inf")
     for k in range(len(blocks.target)):
         if blocks.sources is not None:
             bad = ~torch.isfinite(blocks.sources[k]).flatten(0, -3).all(-1).all(0) if blocks.sources[k].ndim > 2 \
@@ -333,7 +386,7 @@ def _raise_non_finite(blocks: _Blocks) -> None:
         else:
             for i, s in enumerate(blocks.per_source[k]):  # type: ignore[index]
                 if not bool(torch.isfinite(s).all()):
-                    raise ValueError(f"source_grads[{i}][{blocks.keys[k]!r}] contains NaN or inf")  # type: ignore[index]
+                    raise ValueError(f"source_grads[{i}]{blocks.where(k)} contains NaN or inf")
     raise ValueError(
         "the aggregated gradient is not finite although every input is: values too large for "
         f"{blocks.target[0].dtype} (squared norms overflow); rescale the gradients"
@@ -360,6 +413,8 @@ def _finish(blocks: _Blocks, outs: list[Tensor], checks: Tensor | None = None) -
     call on ResNet-18-sized updates). A finite output whose sum merely overflows is re-checked exactly.
     """
     _check_finite(blocks, torch.stack([o.sum() for o in outs]).reshape(-1), outs, checks)
+    if blocks.kind == "segments":
+        return blocks.result  # type: ignore[return-value]
     if blocks.kind == "dict":
         return {k: o.reshape(s) for k, o, s in zip(blocks.keys, outs, blocks.shapes)}  # type: ignore[arg-type]
     if blocks.kind == "sequence":
@@ -437,6 +492,18 @@ def _out_buffers(out: Tensor | GradDict | None, blocks: _Blocks) -> list[Tensor]
         if not isinstance(out, Mapping) or set(out.keys()) != set(blocks.keys):  # type: ignore[arg-type]
             raise ValueError("out must be a dict with the same keys as target_grad for per-tensor input")
         items = [(f"out[{k!r}]", out[k], shape) for k, shape in zip(blocks.keys, blocks.shapes)]  # type: ignore[arg-type]
+    elif blocks.kind == "segments":
+        if not isinstance(out, Tensor):
+            raise ValueError(f"out must be a tensor of shape (m,) for the segments form, got {type(out).__name__}")
+        ref = blocks.flat.target if blocks.flat is not None else blocks.target[0]
+        m = sum(blocks.flat.lengths) if blocks.flat is not None else sum(t.numel() for t in blocks.target)
+        if out.shape != (m,) or out.dtype != ref.dtype or out.device != ref.device or not out.is_contiguous():
+            raise ValueError(f"out must be a contiguous tensor of shape ({m},), dtype {ref.dtype} and device "
+                             f"{ref.device}; got {tuple(out.shape)}, {out.dtype}, {out.device}")
+        rows = blocks.flat.sources if blocks.flat is not None else blocks.per_source[0][0]  # type: ignore[index]
+        if rows.untyped_storage().data_ptr() == out.untyped_storage().data_ptr():
+            raise ValueError("out shares memory with source_grads; it would be overwritten while being read")
+        return [out] if blocks.flat is not None else list(out.split([t.numel() for t in blocks.target]))
     else:
         if blocks.sources[0].ndim != 2:  # type: ignore[index]
             raise ValueError("out is only supported for unbatched input (source_grads of shape (N, m))")
@@ -465,14 +532,23 @@ def _out_buffers(out: Tensor | GradDict | None, blocks: _Blocks) -> list[Tensor]
     return views
 
 
-def _aggregate(blocks: _Blocks, target_coef: Tensor, coefs: list[Tensor], checks: Tensor | None = None,
+def _aggregate(blocks: _Blocks, target_coef: Tensor, coefs: Tensor, checks: Tensor | None = None,
                out: Tensor | GradDict | None = None):
+    """ĝ from the target coefficient (*batch,) and the per-block, per-source coefficients ``coefs`` (L, *batch, N)."""
     if blocks.flat is not None:
         return _aggregate_flat(blocks, target_coef, coefs, checks, out)
-    buffers = _out_buffers(out, blocks) or [None] * len(coefs)
-    if blocks.kind == "dict":
+    buffers = _out_buffers(out, blocks)
+    if blocks.kind == "segments":  # one flat result; its segments are the blocks' outputs
+        if buffers is None:
+            blocks.result = torch.empty(sum(t.numel() for t in blocks.target), dtype=blocks.target[0].dtype,
+                                        device=blocks.target[0].device)
+            buffers = list(blocks.result.split([t.numel() for t in blocks.target]))
+        else:
+            blocks.result = out  # type: ignore[assignment]
+    buffers = buffers or [None] * len(coefs)
+    if blocks.per_source is not None:
         # one host transfer for every coefficient of every block
-        all_coefs = torch.stack(coefs).tolist()  # (L, N)
+        all_coefs = coefs.tolist()  # (L, N)
         outs = [_combine(blocks, k, target_coef, coefs[k], all_coefs[k], buffers[k]) for k in range(len(coefs))]
     else:
         outs = [_combine(blocks, k, target_coef, coefs[k], out=buffers[k]) for k in range(len(coefs))]
@@ -480,16 +556,20 @@ def _aggregate(blocks: _Blocks, target_coef: Tensor, coefs: list[Tensor], checks
     return result if out is None else out
 
 
-def _aggregate_flat(blocks: _Blocks, target_coef: Tensor, coefs: list[Tensor], checks: Tensor | None,
-                    out: GradDict | None):
-    """Dict input on the segmented backend: one combination over the flat buffers, the result as per-key views of
-    one flat (m,) tensor (or written into ``out``: directly when its tensors lie back to back, else copied)."""
+def _aggregate_flat(blocks: _Blocks, target_coef: Tensor, coefs: Tensor, checks: Tensor | None,
+                    out: Tensor | GradDict | None):
+    """Dict or segments input on the segmented backend: one combination over the flat buffers. The result is one
+    flat (m,) tensor (segments), or per-key views of it (dicts; written into ``out``: directly when its tensors lie
+    back to back, else copied)."""
     flat = blocks.flat
     buffers = _out_buffers(out, blocks)
     target = flat.target
     laid_out = _laid_out([buffers]) if buffers is not None else None
     result = laid_out[0] if laid_out is not None else torch.empty_like(target)
-    sums = layerwise_combine(flat.sources, target, target_coef, torch.stack(coefs, 1), flat.lengths, out=result)
+    sums = layerwise_combine(flat.sources, target, target_coef, coefs.T, flat.lengths, out=result)
+    if blocks.kind == "segments":
+        _check_finite(blocks, sums, [result], checks)
+        return result if out is None else out
     views = list(torch.split(result, list(flat.lengths)))
     if buffers is not None and laid_out is None:  # out's tensors lie apart: copy the result into them
         torch._foreach_copy_(buffers, views)
@@ -533,8 +613,8 @@ def source_only(source_grads: SourceGrads, weights: BetaLike | None = None, *,
     blocks = _normalise(source_grads, None)
     w = _check_weights(weights, blocks)
     zero = torch.zeros(blocks.batch_shape, dtype=w.dtype, device=w.device)
-    coef = w.expand(blocks.batch_shape + (blocks.n_sources,))
-    return _aggregate(blocks, zero, [coef] * len(blocks.target), out=out)
+    coef = w.expand((blocks.n_blocks,) + blocks.batch_shape + (blocks.n_sources,))
+    return _aggregate(blocks, zero, coef, out=out)
 
 
 def fedda(source_grads: SourceGrads, target_grad: TargetGrad, beta: BetaLike, weights: BetaLike | None = None, *,
@@ -556,12 +636,12 @@ def fedda(source_grads: SourceGrads, target_grad: TargetGrad, beta: BetaLike, we
     w = _check_weights(weights, blocks)
     wb = (w * b).expand(blocks.batch_shape + (blocks.n_sources,))
     target_coef = 1.0 - wb.sum(-1)
-    return _aggregate(blocks, target_coef, [wb] * len(blocks.target), out=out)
+    return _aggregate(blocks, target_coef, wb.expand((blocks.n_blocks,) + wb.shape), out=out)
 
 
 def _projection_coefs(blocks: _Blocks, wb: Tensor, mode: str, scale: Tensor | None,
-                      filter_negative: bool = True) -> tuple[list[Tensor], Tensor]:
-    """Per-block coefficients c_i = w_i β_i · factor_i of FedGP (exact) or its cosine variant.
+                      filter_negative: bool = True) -> tuple[Tensor, Tensor]:
+    """Per-block coefficients c_i = w_i β_i · factor_i (L, *batch, N) of FedGP (exact) or its cosine variant.
     ``filter_negative=False`` keeps negative projections (the "FedGP w/o filter" ablation, FedGP paper Table 4)."""
     dots, norms2, tnorm = _reductions(blocks, with_target_norm=mode != "exact")
     if mode == "exact":
@@ -575,7 +655,7 @@ def _projection_coefs(blocks: _Blocks, wb: Tensor, mode: str, scale: Tensor | No
     factor = torch.where(denom > 0, (dots.clamp_min(0) if filter_negative else dots) / safe, torch.zeros_like(dots))
     if scale is not None:
         factor = factor * scale
-    return list((wb * factor).unbind(0)), torch.stack([dots, norms2])
+    return wb * factor, torch.stack([dots, norms2])
 
 
 def fedgp(
@@ -585,6 +665,7 @@ def fedgp(
     weights: BetaLike | None = None,
     *,
     out: Tensor | GradDict | None = None,
+    segments: Sequence[int] | None = None,
 ) -> TargetGrad:
     """FedGP (gradient projection): ĝ = Σ_i w_i [(1 − β_i) g_T + β_i Proj₊(g_T | g_i)].
 
@@ -602,14 +683,18 @@ def fedgp(
         out: optional buffer that receives the result in place (same form, shape, dtype and device as the
             result, contiguous, sharing no memory with a source; it may be the target gradient itself).
             Reusing one buffer across rounds avoids allocating an m-sized result per call.
+        segments: (L,) lengths of the parameter tensors laid out back to back in each row of a (N, m)
+            ``source_grads`` (and in the (m,) ``target_grad``), summing to m: the layer-wise rule, as for dicts of
+            those tensors, on the flat buffers; the result is (m,).
     """
-    return _fedgp_exact(source_grads, target_grad, beta, weights, out, filter_negative=True)
+    return _fedgp_exact(source_grads, target_grad, beta, weights, out, segments, filter_negative=True)
 
 
 def _fedgp_exact(source_grads: SourceGrads, target_grad: TargetGrad, beta: BetaLike, weights: BetaLike | None,
-                 out: Tensor | GradDict | None, *, filter_negative: bool) -> TargetGrad:
+                 out: Tensor | GradDict | None, segments: Sequence[int] | None, *,
+                 filter_negative: bool) -> TargetGrad:
     """Shared body of :func:`fedgp` and :func:`fedgp_nofilter` (exact projection, with or without the filter)."""
-    blocks = _normalise(source_grads, target_grad)
+    blocks = _normalise(source_grads, target_grad, segments)
     b = _check_beta(beta, blocks)
     w = _check_weights(weights, blocks)
     wb = (w * b).expand(blocks.batch_shape + (blocks.n_sources,))
@@ -624,11 +709,12 @@ def fedgp_nofilter(
     weights: BetaLike | None = None,
     *,
     out: Tensor | GradDict | None = None,
+    segments: Sequence[int] | None = None,
 ) -> TargetGrad:
     """FedGP without the filter (the ablation of FedGP paper Table 4): ĝ = Σ_i w_i [(1 − β_i) g_T + β_i
     ⟨g_T, g_i⟩ g_i / ‖g_i‖²], i.e. the signed projection, so a source pointing against the target pulls
     the update along its own direction with a negative coefficient. Same forms and arguments as :func:`fedgp`."""
-    return _fedgp_exact(source_grads, target_grad, beta, weights, out, filter_negative=False)
+    return _fedgp_exact(source_grads, target_grad, beta, weights, out, segments, filter_negative=False)
 
 
 def magnitude_alignment(
@@ -666,6 +752,7 @@ def fedgp_cosine(
     alignment: BetaLike | None = None,
     *,
     out: Tensor | GradDict | None = None,
+    segments: Sequence[int] | None = None,
 ) -> TargetGrad:
     """The papers' implementation of FedGP on model updates: cosine filter with magnitude alignment.
 
@@ -683,8 +770,10 @@ def fedgp_cosine(
         weights: (N,) per-source weights (the papers use n_i / Σ n_i), default uniform.
         alignment: (N,) magnitude factors a_i ≥ 0, default 1.
         out: optional buffer for the result (see :func:`fedgp`).
+        segments: (L,) parameter-tensor lengths of a flat (N, m) input: the per-tensor rule on flat buffers
+            (see :func:`fedgp`).
     """
-    blocks = _normalise(source_updates, target_update)
+    blocks = _normalise(source_updates, target_update, segments)
     b = _check_beta(beta, blocks)
     w = _check_weights(weights, blocks)
     a = _per_source(alignment, blocks, "alignment", default=1.0)

@@ -187,7 +187,8 @@ class RoundResults:
         target_buffers: its BatchNorm statistics.
         lr_source, lr_target: learning rates of the round.
         scratch: (m,) a buffer the method may use (e.g. for the combined update before adding it).
-        as_dict, as_dicts: per-tensor views {name: tensor} of a flat vector / of each row of an (N, m) tensor.
+        as_dict, as_dicts: per-tensor views {name: tensor} of a flat vector / of each row of an (N, m) tensor;
+            the views tile the vector back to back in order (:meth:`segment_lengths`).
         source_alignment_steps, target_alignment_steps: the step counts the magnitude-alignment factor
             uses (``docs/reproduction.md`` § Reference-exact options): the engine's ``alignment_steps="fractional"``
             gives n/bs·epochs (FedGP paper App. B.2 Eq. B.2 and the reference code), ``"taken"`` the steps
@@ -211,6 +212,23 @@ class RoundResults:
     source_alignment_steps: Sequence[float] | None = None
     target_alignment_steps: float | None = None
     _factors: Tensor | None = field(default=None, repr=False)
+    _segments: tuple[int, ...] | None = field(default=None, repr=False)
+
+    def segment_lengths(self) -> tuple[int, ...]:
+        """(L,) lengths of the parameter tensors in the flat vector's order, read once from :attr:`as_dict`: the
+        ``segments`` of the layer-wise rules (:func:`fda_core.core.aggregation.fedgp`), which then work on the
+        (N, m) buffers without a dict per source (same numbers as the dict form)."""
+        if self._segments is None:
+            views = list(self.as_dict(self.scratch).values())
+            base, item, offset = self.scratch.data_ptr(), self.scratch.element_size(), 0
+            for v in views:
+                if v.data_ptr() != base + offset * item or not v.is_contiguous():
+                    raise ValueError("as_dict's views must tile the flat vector back to back, in order")
+                offset += v.numel()
+            if offset != self.scratch.numel():
+                raise ValueError(f"as_dict's views cover {offset} of the flat vector's {self.scratch.numel()} entries")
+            self._segments = tuple(v.numel() for v in views)
+        return self._segments
 
     def alignment_factors(self) -> Tensor:
         """(N,) magnitude-alignment factors a_i = (lr_T / lr_S) · s_T / s_i (FedGP paper App. B.2 Eq. B.2;
@@ -440,14 +458,14 @@ def _apply_rule(rule: str, projection: str, filter_negative: bool, res: RoundRes
         if projection == "exact":
             out.copy_(aggregation.fedgp_nofilter(aligned, g_t, beta, w))
         else:
-            aggregation.fedgp_nofilter(res.as_dicts(aligned), res.as_dict(g_t), beta, w, out=res.as_dict(out))
+            aggregation.fedgp_nofilter(aligned, g_t, beta, w, out=out, segments=res.segment_lengths())
     elif projection == "exact":
         aggregation.fedgp(aligned, g_t, beta, w, out=out)  # Proj₊ on the whole update vector
-    elif projection == "exact_layerwise":
-        aggregation.fedgp(res.as_dicts(aligned), res.as_dict(g_t), beta, w, out=res.as_dict(out))
+    elif projection == "exact_layerwise":  # per parameter tensor: the segments of the flat buffers
+        aggregation.fedgp(aligned, g_t, beta, w, out=out, segments=res.segment_lengths())
     else:  # 'cosine': the papers' per-layer cosine filter (App. B.2 Eq. B.2); the updates are already
         # aligned (a_i G_i) and cos(G_T, a_i G_i) = cos(G_T, G_i), so the alignment factor here is 1
-        aggregation.fedgp_cosine(res.as_dicts(aligned), res.as_dict(g_t), beta, w, out=res.as_dict(out))
+        aggregation.fedgp_cosine(aligned, g_t, beta, w, out=out, segments=res.segment_lengths())
 
 
 class FedDA(FDAMethod):
