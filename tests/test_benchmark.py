@@ -41,3 +41,20 @@ def test_federated_benchmark_smoke():
     (res,) = out["results"]
     assert set(res["seconds_per_round"]) == {"library", "library batched", "plain loop"}
     assert res["device"] == "cpu"
+
+
+def test_aggregation_regression_script_compares_two_revisions_in_one_process():
+    """benchmarks/aggregation_regression.py loads a revision's aggregation.py beside this checkout's; here HEAD's,
+    on tiny shapes (the segments form is checked bit for bit against the loaded version's dict form)."""
+    import pytest
+
+    spec = importlib.util.spec_from_file_location("bench_regression", ROOT / "benchmarks" / "aggregation_regression.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    old = mod.load_revision("HEAD")
+    assert old.fedgp is not mod.current.fedgp
+    med = mod.measure(old, 3, 2, shapes=[(8, 3, 3, 3), (8,), (10, 8)])
+    assert {"old views+out", "new views+out", "new segments+out", "copy floor"} <= set(med)
+    assert all(v > 0 for v in med.values())
+    with pytest.raises(ValueError, match="--against 'no-such-revision'"):
+        mod.load_revision("no-such-revision")
