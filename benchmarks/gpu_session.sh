@@ -2,6 +2,9 @@
 # One lease of a GPU machine: install the carried wheels, then time benchmarks there (issue 17).
 # Usage (on the device, repository root): bash benchmarks/gpu_session.sh STEP... ; results go to $OUT (or ./gpu-out).
 # Each step has its own time limit so that one slow step cannot eat the whole call; logs are written as they go.
+# The wheels the device lacks: build .whl/ first with `bash benchmarks/gpu_wheels.sh` and carry it (carry: [".whl"]).
+# Paper-scale notebooks (nb*p) take longer than one call: their finished runs stay in results/ on a warm machine,
+# so the same step in the next call resumes; NB_LIMIT (seconds) sets their limit, the sum of the walls is the time.
 set -u
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -31,11 +34,11 @@ for s in "$@"; do
     pd) step pd 150 python3 benchmarks/phase_diagram.py --device cuda --json "$OUT/pd.json" ;;
     fed) step fed 120 python3 benchmarks/federated.py --device cuda --json "$OUT/fed.json" ;;
     nb02) step nb02 150 python3 -m fda_core run 02 -p paper_scale true --out /tmp/executed --no-progress ;;
-    nb04p) step nb04p 130 python3 -m fda_core run 04 -p model mnist_cnn -p rounds 50 -p trials 5 --out /tmp/executed --no-progress ;;
-    nb05p) step nb05p 150 python3 -m fda_core run 05 -p paper_scale true --out /tmp/executed --no-progress ;;
+    nb04p) step nb04p "${NB_LIMIT:-130}" python3 -m fda_core run 04 -p model mnist_cnn -p rounds 50 -p trials 5 --out /tmp/executed --no-progress ;;
+    nb05p) step nb05p "${NB_LIMIT:-150}" python3 -m fda_core run 05 -p paper_scale true --out /tmp/executed --no-progress ;;
     nb06) step nb06 200 python3 -m fda_core run 06 --out /tmp/executed --no-progress ;;
-    nb07p) step nb07p 110 python3 -m fda_core run 07 -p paper_scale true --out /tmp/executed --no-progress ;;
-    nb08p) step nb08p 200 python3 -m fda_core run 08 -p paper_scale true --out /tmp/executed --no-progress ;;
+    nb07p) step nb07p "${NB_LIMIT:-110}" python3 -m fda_core run 07 -p paper_scale true --out /tmp/executed --no-progress ;;
+    nb08p) step nb08p "${NB_LIMIT:-200}" python3 -m fda_core run 08 -p paper_scale true --out /tmp/executed --no-progress ;;
     inb) step inb 170 python3 benchmarks/inb.py --device cuda --threads 0 --json "$OUT/inb.json" ;;
     inb-paper) step inb-paper 170 python3 benchmarks/inb.py --device cuda --threads 0 --n-per-class 500 --no-reference --json "$OUT/inb-paper.json" ;;
     *) echo "unknown step $s"; exit 2 ;;
