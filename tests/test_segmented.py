@@ -256,6 +256,22 @@ def test_segments_bad_input_names_the_parameter(monkeypatch, backend):
         agg.fedgp_cosine(S, bad_target, 0.5, segments=[3, 3])
 
 
+def test_fedgp_auto_with_segments_equals_its_dict_form():
+    """β is estimated on the whole flat gradients, the projection is per segment: as for dicts; numpy lengths too."""
+    import numpy as np
+
+    gen = torch.Generator().manual_seed(11)
+    lengths = [5, 3, 12]
+    S, parts = torch.randn(3, 20, generator=gen), torch.randn(4, 20, generator=gen)
+    dicts = [dict(zip("abc", row.split(lengths))) for row in [*S, *parts]]
+    expected, beta_dicts = agg.fedgp_auto(dicts[:3], dicts[3:], return_beta=True)
+    got, beta = agg.fedgp_auto(S, parts, segments=np.array(lengths), return_beta=True)
+    assert torch.equal(beta, beta_dicts)
+    torch.testing.assert_close(got, torch.cat([v.reshape(-1) for v in expected.values()]), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="positive integers"):
+        agg.fedgp(S, parts.mean(0), 0.5, segments=[True, 19])
+
+
 def test_round_results_read_the_segments_from_as_dict():
     from fda_core.experiments.methods import RoundResults
 

@@ -18,7 +18,7 @@ Accepted forms of ``source_grads`` (and the matching ``target_grad``):
   separately (``docs/theory.md`` § Layer-wise application);
 * the same layer-wise aggregation without dicts: a tensor ``(N, m)`` with ``target_grad`` ``(m,)`` and
   ``segments=(n_1, …, n_L)``, the lengths of the parameter tensors laid out back to back in each row
-  (:func:`fedgp`, :func:`fedgp_nofilter`, :func:`fedgp_cosine`). The result is the flat ``(m,)`` tensor whose
+  (:func:`fedgp`, :func:`fedgp_nofilter`, :func:`fedgp_cosine`, :func:`fedgp_auto`). The result is the flat ``(m,)`` tensor whose
   segments equal the dict form's tensors, bit for bit on the default backend; on a GPU it skips the per-tensor
   Python work of the dict form (``benchmarks/aggregation.py``, form ``segments+out``).
 
@@ -32,6 +32,7 @@ NaN/inf values, shape or key mismatch, an empty source list, negative weights.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
@@ -278,11 +279,15 @@ def _normalise_dicts(source_grads: Sequence[GradDict], target_grad: TargetGrad |
 
 def _check_segments(segments: Any, m: int) -> tuple[int, ...]:
     """``segments`` as a tuple of positive ints summing to ``m`` (a ValueError naming it otherwise)."""
-    if isinstance(segments, (str, bytes, Mapping)) or not isinstance(segments, (Sequence, Tensor)):
+    if isinstance(segments, (str, bytes, Mapping)) or not hasattr(segments, "__iter__"):
         raise ValueError(f"segments must be a sequence of positive segment lengths, got {type(segments).__name__}")
-    values = segments.tolist() if isinstance(segments, Tensor) else list(segments)
-    if not values or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in values):
-        raise ValueError(f"segments must be one or more positive integers (segment lengths), got {values[:8]}")
+    raw = segments.tolist() if hasattr(segments, "tolist") else list(segments)  # tensors and numpy arrays too
+    try:
+        values = [operator.index(n) for n in raw if not isinstance(n, bool)]
+    except TypeError:
+        values = []
+    if not values or len(values) != len(raw) or min(values) < 1:
+        raise ValueError(f"segments must be one or more positive integers (segment lengths), got {raw[:8]}")
     if sum(values) != m:
         raise ValueError(f"segments must sum to m = {m} (the length of each row of source_grads), got {sum(values)}")
     return tuple(values)
@@ -831,7 +836,8 @@ def _parts_and_mean(source_grads: SourceGrads, target_part_grads: Any) -> tuple[
     return parts, flat_sources, target
 
 
-def _auto(rule: str, source_grads, target_part_grads, weights, return_beta: bool, fallback: float, out=None):
+def _auto(rule: str, source_grads, target_part_grads, weights, return_beta: bool, fallback: float, out=None,
+          segments=None):
     from .estimators import auto_beta  # local import: estimators does not depend on aggregation
 
     parts, flat_sources, target = _parts_and_mean(source_grads, target_part_grads)
@@ -840,8 +846,10 @@ def _auto(rule: str, source_grads, target_part_grads, weights, return_beta: bool
             f"target_part_grads have {parts.shape[-1]} parameters per part but the sources have {flat_sources.shape[-1]}"
         )
     beta = auto_beta(parts, flat_sources, rule=rule, fallback=fallback)
-    fn = fedgp if rule == "fedgp" else fedda
-    result = fn(source_grads, target, beta, weights, out=out)
+    if rule == "fedgp":
+        result = fedgp(source_grads, target, beta, weights, out=out, segments=segments)
+    else:
+        result = fedda(source_grads, target, beta, weights, out=out)
     return (result, beta) if return_beta else result
 
 
@@ -872,12 +880,14 @@ def fedgp_auto(
     return_beta: bool = False,
     fallback: float = 0.5,
     out: Tensor | GradDict | None = None,
+    segments: Sequence[int] | None = None,
 ):
     """Auto-weighted FedGP: FedGP with β_i = σ̂² / (σ̂² + (τ²d²)^_i) per source (docs/theory.md § Optimal weights).
 
-    Same arguments as :func:`fedda_auto`.
+    Same arguments as :func:`fedda_auto`; ``segments`` (with a flat (N, m) input) makes the projection layer-wise,
+    as dict input does (see :func:`fedgp`), while β is estimated on the whole flat gradients either way.
     """
-    return _auto("fedgp", source_grads, target_part_grads, weights, return_beta, fallback, out)
+    return _auto("fedgp", source_grads, target_part_grads, weights, return_beta, fallback, out, segments)
 
 
 # ---------------------------------------------------------------------------------------------
