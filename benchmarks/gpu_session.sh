@@ -28,7 +28,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --f
 python3 -c "import torch, sys; print(sys.version.split()[0], torch.__version__, torch.cuda.get_device_name(0))" | tee -a "$OUT/gpu.txt"
 for s in "$@"; do
   case $s in
-    agg) step agg 90 python3 benchmarks/aggregation.py --device cuda --json "$OUT/agg.json" ;;
+    agg) step agg 120 python3 benchmarks/aggregation.py --device cuda --json "$OUT/agg.json" ;;
     gputest) step gputest 240 python3 -m pytest -q -p no:cacheprovider tests/test_segmented.py tests/test_aggregation.py tests/test_federated.py tests/test_batched_clients.py ;;
     variants) step variants 120 python3 benchmarks/aggregation_variants.py --device cuda --chunks 1024 ;;
     pd) step pd 150 python3 benchmarks/phase_diagram.py --device cuda --json "$OUT/pd.json" ;;
