@@ -18,9 +18,9 @@ Accepted forms of ``source_grads`` (and the matching ``target_grad``):
   separately (``docs/theory.md`` § Layer-wise application);
 * the same layer-wise aggregation without dicts: a tensor ``(N, m)`` with ``target_grad`` ``(m,)`` and
   ``segments=(n_1, …, n_L)``, the lengths of the parameter tensors laid out back to back in each row
-  (:func:`fedgp`, :func:`fedgp_nofilter`, :func:`fedgp_cosine`, :func:`fedgp_auto`). The result is the flat ``(m,)`` tensor whose
-  segments equal the dict form's tensors, bit for bit on the default backend; on a GPU it skips the per-tensor
-  Python work of the dict form (``benchmarks/aggregation.py``, form ``segments+out``).
+  (:func:`fedgp`, :func:`fedgp_nofilter`, :func:`fedgp_cosine`, :func:`fedgp_auto`). The result is the flat
+  ``(m,)`` tensor whose segments equal the dict form's tensors, bit for bit on views of the same memory; on a GPU
+  it skips the per-tensor Python work of the dict form (``benchmarks/aggregation.py``, form ``segments+out``).
 
 ``beta``: a float, or one float per source (shape ``(N,)``, or ``(*batch, N)`` for batched input).
 ``weights``: per-source weights w_i ≥ 0 (default uniform), normalised to sum to 1.
@@ -145,7 +145,7 @@ class _Blocks:
     shapes: list[torch.Size] | None = None
     target_shape: torch.Size | None = None
     flat: _FlatLayout | None = None  # dict/segments kind, segmented backend: the same numbers as one (N, m) buffer
-    result: Tensor | None = None  # segments kind, loop backend: the flat (m,) buffer ``target``'s blocks view
+    result: Tensor | None = None  # segments kind, loop backend: the flat (m,) result the per-segment outputs view
 
     @property
     def batch_shape(self) -> torch.Size:
@@ -380,7 +380,8 @@ def _raise_non_finite(blocks: _Blocks) -> None:
     """Slow path, only after a non-finite result: find and name the offending argument."""
     for k, t in enumerate(blocks.target):
         if not bool(torch.isfinite(t).all()):
-            raise ValueError(f"target_grad{blocks.where(k) if blocks.per_source is not None else ''} contains NaN or inf")
+            where = blocks.where(k) if blocks.per_source is not None else ""  # one flat target: no segment
+            raise ValueError(f"target_grad{where} contains NaN or inf")
     for k in range(len(blocks.target)):
         if blocks.sources is not None:
             bad = ~torch.isfinite(blocks.sources[k]).flatten(0, -3).all(-1).all(0) if blocks.sources[k].ndim > 2 \
