@@ -509,7 +509,7 @@ def _out_buffers(out: Tensor | GradDict | None, blocks: _Blocks) -> list[Tensor]
         rows = blocks.flat.sources if blocks.flat is not None else blocks.per_source[0][0]  # type: ignore[index]
         if rows.untyped_storage().data_ptr() == out.untyped_storage().data_ptr():
             raise ValueError("out shares memory with source_grads; it would be overwritten while being read")
-        return [out] if blocks.flat is not None else list(out.split([t.numel() for t in blocks.target]))
+        return [out]
     else:
         if blocks.sources[0].ndim != 2:  # type: ignore[index]
             raise ValueError("out is only supported for unbatched input (source_grads of shape (N, m))")
@@ -544,13 +544,11 @@ def _aggregate(blocks: _Blocks, target_coef: Tensor, coefs: Tensor, checks: Tens
     if blocks.flat is not None:
         return _aggregate_flat(blocks, target_coef, coefs, checks, out)
     buffers = _out_buffers(out, blocks)
-    if blocks.kind == "segments":  # one flat result; its segments are the blocks' outputs
-        if buffers is None:
-            blocks.result = torch.empty(sum(t.numel() for t in blocks.target), dtype=blocks.target[0].dtype,
-                                        device=blocks.target[0].device)
-            buffers = list(blocks.result.split([t.numel() for t in blocks.target]))
-        else:
-            blocks.result = out  # type: ignore[assignment]
+    if blocks.kind == "segments":  # one flat (m,) result (``out`` or a new one); its segments are the blocks' outputs
+        sizes = [t.numel() for t in blocks.target]
+        ref = blocks.target[0]
+        blocks.result = buffers[0] if buffers else torch.empty(sum(sizes), dtype=ref.dtype, device=ref.device)
+        buffers = list(blocks.result.split(sizes))
     buffers = buffers or [None] * len(coefs)
     if blocks.per_source is not None:
         # one host transfer for every coefficient of every block
