@@ -1,0 +1,48 @@
+"""The committed result CSVs under ``figures/`` are what the code makes today.
+
+``make check-figures`` recomputes every notebook (about 16 minutes) and is not part of ``make test``; so a change
+of code that moves a committed number (a config key added to Flower's messages grew notebook 09's message sizes by
+27 bytes, found only by ``make check-figures``) could land unnoticed. The notebooks whose default run is cheap are
+re-executed here with their default parameters (a fresh result store, so every run is recomputed) and their CSVs
+compared byte for byte with the committed ones.
+
+The committed figures are those of ``make figures``: one torch thread per kernel (README § Performance; thread
+counts move the last digits of CPU results), so the kernels here get ``OMP_NUM_THREADS=1`` too.
+"""
+
+from pathlib import Path
+
+import papermill as pm
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: notebooks whose default run takes about two minutes or less on the 2-core CI machine (one thread each), with
+#: a package each needs (skipped, naming it, when it is missing)
+CHEAP = {"01_delta_errors": None, "07_auxiliary_tasks": None, "09_flower": "flwr"}
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("stem", sorted(CHEAP))
+def test_default_run_reproduces_the_committed_csvs(stem, tmp_path):
+    if CHEAP[stem] is not None:
+        pytest.importorskip(CHEAP[stem])
+    from fda_core.workbook.runner import execute
+
+    nb = ROOT / "notebooks" / f"{stem}.ipynb"
+    declared = pm.inspect_notebook(str(nb))
+    committed = ROOT / Path(declared["figures_dir"]["default"].strip("\"'"))
+    params = {"figures_dir": str(tmp_path / "figures")}
+    if "results_dir" in declared:
+        params["results_dir"] = str(tmp_path / "results")
+    res = execute(nb, tmp_path / nb.name, params, cwd=ROOT, progress_bar=False, execution_timeout=600,
+                  stall_timeout=120, kernel_env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+    assert res.ok, f"{stem} failed: {res.error_summary()}"
+    names = sorted(p.name for p in committed.glob("*.csv"))
+    assert names, f"no committed CSV under {committed}"
+    assert names == sorted(p.name for p in (tmp_path / "figures").glob("*.csv"))
+    stale = [n for n in names if (committed / n).read_bytes() != (tmp_path / "figures" / n).read_bytes()]
+    assert not stale, (f"{stem}: the committed {', '.join(stale)} differ from what the code makes now; "
+                       f"regenerate with `fda run {stem[:2]}` (one thread: OMP_NUM_THREADS=1) and commit them")
