@@ -393,13 +393,16 @@ class Run:
         src_steps: list[int] = []
         src_bufs: list[dict[str, Tensor]] = []
         if plan.sources and self._batched_sources is not None:
-            b = self._batched_sources
+            b, n_src = self._batched_sources, len(self.sources)
+            # every client starts from the global buffers (BatchNorm statistics), as _train loads them
+            bufs = {k: v.expand(n_src, *v.shape).clone() for k, v in self.buffers.items()}
             steps = train_sources_batched(
                 fm, b["optimizer"], self.theta, b["x"], b["y"], epochs=c["local_epochs"], batch_size=c["source_batch_size"],
-                lr=lr_s, generators=[generator(c["seed"], _STREAM_CLIENT, r, _SOURCE, i) for i in range(len(self.sources))],
-                names=[f"source client {s['name']!r}, round {r}" for s in self.sources], out=self._source_updates)
+                lr=lr_s, generators=[generator(c["seed"], _STREAM_CLIENT, r, _SOURCE, i) for i in range(n_src)],
+                names=[f"source client {s['name']!r}, round {r}" for s in self.sources], out=self._source_updates,
+                buffers=bufs)
             self._source_updates.sub_(self.theta)  # g_i = h_i^(r) − h^(r-1)
-            src_steps, src_bufs = [steps] * len(self.sources), [{} for _ in self.sources]
+            src_steps, src_bufs = [steps] * n_src, [{k: v[i] for k, v in bufs.items()} for i in range(n_src)]
         elif plan.sources:
             for i, s in enumerate(self.sources):
                 src_steps.append(self._train(s["x"], s.get("y_aux", s["y"]), epochs=c["local_epochs"],
