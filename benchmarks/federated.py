@@ -6,6 +6,8 @@ Setting: FedGP paper § 5.2 noisy features (``NoisyFeatures``, noise 0.4) on MNI
 and 1 target client (500 images each), the 2-conv + 3-FC CNN (``small_cnn``), Adam, source batch 64,
 target batch 16, 100 labelled target images, one local epoch, FedGP (β = 0.5, layer-wise exact
 projection), no warm-up (every timed round is an FDA round), no evaluation inside the timed rounds.
+``--model mnist_cnn`` times the FedGP paper's ColoredMNIST model instead (four convolutions with BatchNorm; the
+model of notebook 04 at paper scale): its batched path carries per-client BatchNorm statistics.
 
 (a) ``library``: :func:`fda_core.experiments.federated.run_experiment` with ``client_batching="loop"`` — one module whose parameters are views into
     a flat vector, Adam as fused vector operations, updates written into a preallocated (N, m) buffer,
@@ -22,7 +24,8 @@ Printed: seconds per round, rounds per second, and the ratio plain/library. No t
 
 Usage::
 
-    python benchmarks/federated.py [--device auto|cpu|cuda|all] [--rounds 3] [--repeats 3] [--quick] [--json OUT]
+    python benchmarks/federated.py [--device auto|cpu|cuda|all] [--model small_cnn|mnist_cnn] [--rounds 3]
+                                   [--repeats 3] [--quick] [--json OUT]
 """
 
 from __future__ import annotations
@@ -122,7 +125,7 @@ def measure(device: torch.device, rounds: int, extra: int, repeats: int) -> dict
             # a difference <= 0 means set-up noise swamped the rounds (a loaded machine): recorded as NaN
             per[name].append((t_long - t_short) / extra if t_long > t_short else float("nan"))
     med = {k: statistics.median([x for x in v if math.isfinite(x)] or [float("nan")]) for k, v in per.items()}
-    return {"device": str(device), "seconds_per_round": med, "rounds_per_second": {k: 1 / v for k, v in med.items()},
+    return {"device": str(device), "model": SETTING["model"], "seconds_per_round": med, "rounds_per_second": {k: 1 / v for k, v in med.items()},
             "ratio_plain_over_library": med["plain loop"] / med["library"],
             "ratio_plain_over_batched": med["plain loop"] / med["library batched"],
             "ratio_library_over_batched": med["library"] / med["library batched"], "repeats": per}
@@ -136,7 +139,10 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="smoke test: 1 + 1 rounds, 1 repeat")
     ap.add_argument("--json", default=None, help="also write the numbers to this JSON file")
+    ap.add_argument("--model", default="small_cnn", choices=("small_cnn", "mnist_cnn"),
+                    help="small_cnn (default) or mnist_cnn (BatchNorm; notebook 04's paper-scale model)")
     args = ap.parse_args(argv)
+    SETTING["model"] = args.model
     if args.quick:
         args.rounds, args.extra, args.repeats = 1, 1, 1
     if args.device == "all":
@@ -144,7 +150,7 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         devices = [resolve_device(args.device)]
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}; setting: 10 clients (9 sources + target), "
-          f"NoisyFeatures(0.4) on MNIST-5k, small_cnn, FedGP β=0.5 layer-wise")
+          f"NoisyFeatures(0.4) on MNIST-5k, {SETTING['model']}, FedGP β=0.5 layer-wise")
     results = []
     for dev in devices:
         r = measure(dev, args.rounds, args.extra, args.repeats)

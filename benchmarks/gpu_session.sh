@@ -33,6 +33,8 @@ for s in "$@"; do
     variants) step variants 120 python3 benchmarks/aggregation_variants.py --device cuda --chunks 1024 ;;
     pd) step pd 150 python3 benchmarks/phase_diagram.py --device cuda --json "$OUT/pd.json" ;;
     fed) step fed 120 python3 benchmarks/federated.py --device cuda --json "$OUT/fed.json" ;;
+    fedbn) step fedbn 150 python3 benchmarks/federated.py --device cuda --model mnist_cnn --json "$OUT/fedbn.json" ;;
+    fedcpu) step fedcpu 300 python3 benchmarks/federated.py --device cpu --json "$OUT/fedcpu.json" ;;
     nb02) step nb02 150 python3 -m fda_core run 02 -p paper_scale true --out /tmp/executed --no-progress ;;
     nb04p) step nb04p "${NB_LIMIT:-130}" python3 -m fda_core run 04 -p model mnist_cnn -p rounds 50 -p trials 5 --out /tmp/executed --no-progress ;;
     nb05p) step nb05p "${NB_LIMIT:-150}" python3 -m fda_core run 05 -p paper_scale true --out /tmp/executed --no-progress ;;

@@ -58,6 +58,19 @@ def test_batchnorm_model_batched_equals_the_loop_to_rounding(device):
         assert not torch.equal(b_batched[0]["bn0.running_mean"], b_batched[1]["bn0.running_mean"])  # per client
 
 
+def test_sources_of_different_sizes_are_batched():
+    """ColoredMNIST's source environments have 1,667 and 1,666 images (the same 27 steps of 64): batched, with the
+    last step's gradients client by client, the updates are the loop's to rounding."""
+    setting = dict(dataset="ColoredMNIST", dataset_options={}, target="-90%", source_fraction=1.0, rounds=2,
+                   optimizer="sgd", source_lr=0.05)
+    loop, _ = _updates("cpu", "loop", **setting)
+    batched, _ = _updates("cpu", "vmap", **setting)
+    assert len(loop) == len(batched) == 2
+    for (u_loop, steps_loop), (u_batched, steps_batched) in zip(loop, batched):
+        assert steps_loop == steps_batched == [27, 27]
+        assert float((u_batched - u_loop).norm() / u_loop.norm()) < 2e-3
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_batched_sources_equal_the_loop_to_rounding(device):
     loop, r_loop = _updates(device, "loop")
@@ -104,11 +117,13 @@ def test_vmap_names_what_blocks_batching(own_loss_method):
         run_experiment(**{**SETTING, "rule": "test_own_loss", "rounds": 1}, device="cpu", client_batching="vmap")
     fm = FlatModel(torch.nn.Linear(3, 2))
     sources = [{"x": torch.zeros(5, 3)}, {"x": torch.zeros(7, 3)}]
-    assert batching_blockers(fm, sources, custom_loss=True, aux_labels=True) == [
-        "source clients of different sizes (5, 7)", "the method changes the clients' objective (local_loss)",
-        "the sources train on auxiliary labels"]
-    assert batching_blockers(fm, sources[:1], custom_loss=False, aux_labels=False) == ["fewer than two source clients"]
-    assert batching_blockers(fm, [sources[0]] * 2, custom_loss=False, aux_labels=False) == []
+    assert batching_blockers(fm, sources, custom_loss=True, aux_labels=True, batch_size=5) == [
+        "source clients take different numbers of steps per epoch (sizes 5, 7, batch size 5)",
+        "the method changes the clients' objective (local_loss)", "the sources train on auxiliary labels"]
+    assert batching_blockers(fm, sources, custom_loss=False, aux_labels=False, batch_size=4) == []  # 2 steps each
+    assert batching_blockers(fm, sources[:1], custom_loss=False, aux_labels=False, batch_size=4) == [
+        "fewer than two source clients"]
+    assert batching_blockers(fm, [sources[0]] * 2, custom_loss=False, aux_labels=False, batch_size=1) == []
 
 
 def test_option_is_checked_and_left_out_of_the_run_key():
@@ -141,22 +156,25 @@ class _ConvBN(torch.nn.Module):
 
 
 @pytest.mark.parametrize("optimizer", ["adam", "sgd"])
-def test_batched_trainer_is_the_per_client_loop_in_float64(optimizer):
+@pytest.mark.parametrize("sizes", [(10, 10, 10), (10, 9, 11), (8, 8, 7)], ids=["equal", "unequal", "unequal-last"])
+def test_batched_trainer_is_the_per_client_loop_in_float64(optimizer, sizes):
     """In float64 (rounding out of the way) every client's parameters, BatchNorm statistics and step counter after
     the batched training are those of training that client alone with local_train: same start (θ and the
-    global buffers), same mini-batch stream, same optimiser."""
+    global buffers), same mini-batch stream, same optimiser. Batch size 4: 10 = 4 + 4 + 2 (a short last batch);
+    10, 9, 11 give last batches of 2, 1, 3 (computed client by client); 8, 8, 7 give full batches in the common
+    part, then 4, 4, 3."""
     from fda_core.common.seeding import generator
-    from fda_core.experiments.batched_clients import train_sources_batched
+    from fda_core.experiments.batched_clients import stack_clients, train_sources_batched
     from fda_core.experiments.flat import FlatAdam, local_train
 
     torch.manual_seed(0)
-    n_clients, n, epochs, bs, lr = 3, 10, 2, 4, 0.05  # 10 = 4 + 4 + 2: a short last batch
+    n_clients, epochs, bs, lr = 3, 2, 4, 0.05
     fm = FlatModel(_ConvBN().double())
     theta = fm.flat.clone()
     start_bufs = {k: v + 0.1 * torch.rand_like(v) for k, v in fm.buffers().items()}  # not the fresh values
     fm.load_buffers(start_bufs)
-    xs = torch.randn(n_clients, n, 2, 6, 6, dtype=torch.float64) * torch.tensor([1.0, 2.0, 3.0]).view(3, 1, 1, 1, 1).double()
-    ys = torch.randint(0, 3, (n_clients, n))
+    x_list = [torch.randn(k, 2, 6, 6, dtype=torch.float64) * (i + 1) for i, k in enumerate(sizes)]
+    y_list = [torch.randint(0, 3, (k,)) for k in sizes]
     counter0 = int(fm.module.bn.num_batches_tracked)
 
     loop_params, loop_bufs = [], []
@@ -165,7 +183,7 @@ def test_batched_trainer_is_the_per_client_loop_in_float64(optimizer):
         fm.flat.copy_(theta)
         fm.load_buffers(start_bufs)
         opt.reset()
-        local_train(fm, opt, xs[i], ys[i], epochs=epochs, batch_size=bs, lr=lr, gen=generator(7, i))
+        local_train(fm, opt, x_list[i], y_list[i], epochs=epochs, batch_size=bs, lr=lr, gen=generator(7, i))
         loop_params.append(fm.flat.clone())
         loop_bufs.append(fm.buffers())
     loop_counter = int(fm.module.bn.num_batches_tracked) - counter0
@@ -176,10 +194,10 @@ def test_batched_trainer_is_the_per_client_loop_in_float64(optimizer):
     out = torch.empty(n_clients, fm.m, dtype=torch.float64)
     opt_n = FlatAdam(n_clients * fm.m, torch.device("cpu"), torch.float64, kind=optimizer,
                      momentum=0.9 if optimizer == "sgd" else 0.0)
-    steps = train_sources_batched(fm, opt_n, theta, xs, ys, epochs=epochs, batch_size=bs, lr=lr,
-                                  generators=[generator(7, i) for i in range(n_clients)],
-                                  names=[f"c{i}" for i in range(n_clients)], out=out, buffers=bufs)
-    assert steps == epochs * 3
+    steps = train_sources_batched(fm, opt_n, theta, stack_clients(x_list), stack_clients(y_list), epochs=epochs,
+                                  batch_size=bs, lr=lr, generators=[generator(7, i) for i in range(n_clients)],
+                                  names=[f"c{i}" for i in range(n_clients)], out=out, buffers=bufs, sizes=sizes)
+    assert steps == epochs * -(-max(sizes) // bs)
     assert int(fm.module.bn.num_batches_tracked) - counter0 == loop_counter == n_clients * steps
     for i in range(n_clients):
         assert (out[i] - theta).abs().max() > 1e-3  # the clients trained
@@ -204,3 +222,9 @@ def test_batched_trainer_checks_the_buffers():
     bad = {k: v.expand(3, *v.shape).clone() for k, v in fm.buffers().items()}
     with pytest.raises(ValueError, match=r"buffers\['bn.running_mean'\] must have one row per client \(2\)"):
         train_sources_batched(fm, opt, fm.flat.clone(), xs, ys, buffers=bad, **kw)
+    good = {k: v.expand(2, *v.shape).clone() for k, v in fm.buffers().items()}
+    with pytest.raises(ValueError, match=r"sizes must give one size in \[1, 4\] per client \(2\), got \[4, 5\]"):
+        train_sources_batched(fm, opt, fm.flat.clone(), xs, ys, buffers=good, sizes=[4, 5], **kw)
+    with pytest.raises(ValueError, match=r"the same number of steps per epoch, but sizes \[4, 1\] with batch_size=2 "
+                                         r"give \[2, 1\]"):
+        train_sources_batched(fm, opt, fm.flat.clone(), xs, ys, buffers=good, sizes=[4, 1], **kw)

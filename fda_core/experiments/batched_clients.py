@@ -21,37 +21,43 @@ Kernel count (what bounds a GPU step at these sizes): the parameter views are ma
 at W instead makes autograd zero-fill and copy an (N, m) tensor for every parameter tensor (2·L + 1 more kernels
 per step).
 
-Which runs qualify (:func:`batching_blockers`): two or more sources of equal size and the default objective (no
-method-specific ``local_loss``, no auxiliary labels). The engine's
-``client_batching`` option chooses: ``"auto"`` batches qualifying runs on CUDA devices (the CPU keeps the loop, so
+Which runs qualify (:func:`batching_blockers`): two or more sources that take the same number of steps per epoch
+(sizes may differ: ColoredMNIST's environments are 1,667 and 1,666 images; the short last batches, of different
+sizes, are the one step per epoch whose gradients are computed client by client) and the default objective (no
+method-specific ``local_loss``, no auxiliary labels). The engine's ``client_batching`` option chooses: ``"auto"`` batches qualifying runs on CUDA devices (the CPU keeps the loop, so
 CPU results stay as they were), ``"vmap"`` always (an error if the run does not qualify), ``"loop"`` never.
 """
 
 from __future__ import annotations
 
+import math
+import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from .flat import FlatAdam, FlatModel
 
-__all__ = ["CLIENT_BATCHING", "batching_blockers", "train_sources_batched"]
+__all__ = ["CLIENT_BATCHING", "batching_blockers", "stack_clients", "train_sources_batched"]
 
 #: allowed values of the engine's ``client_batching`` option
 CLIENT_BATCHING = ("auto", "loop", "vmap")
 
 
 def batching_blockers(fm: FlatModel, sources: Sequence[dict[str, Any]], *, custom_loss: bool,
-                      aux_labels: bool) -> list[str]:
-    """Why these source clients cannot be trained as one batched computation (empty: they can)."""
+                      aux_labels: bool, batch_size: int) -> list[str]:
+    """Why these source clients cannot be trained as one batched computation (empty: they can). Clients of
+    different sizes qualify when they take the same number of steps per epoch, ⌈n_i / batch_size⌉."""
     reasons = []
     if len(sources) < 2:
         reasons.append("fewer than two source clients")
-    if len({s["x"].shape[0] for s in sources}) > 1:
-        reasons.append("source clients of different sizes (" + ", ".join(str(s["x"].shape[0]) for s in sources) + ")")
+    sizes = [s["x"].shape[0] for s in sources]
+    if len({math.ceil(n / batch_size) for n in sizes}) > 1:
+        reasons.append(f"source clients take different numbers of steps per epoch (sizes {', '.join(map(str, sizes))}, "
+                       f"batch size {batch_size})")
     if custom_loss:
         reasons.append("the method changes the clients' objective (local_loss)")
     if aux_labels:
@@ -59,22 +65,44 @@ def batching_blockers(fm: FlatModel, sources: Sequence[dict[str, Any]], *, custo
     return reasons
 
 
+def stack_clients(tensors: Sequence[Tensor]) -> Tensor:
+    """Client tensors (n_i, *shape) stacked into (N, max n_i, *shape), zero-padded at the end (the padding is
+    never drawn: each client's permutations run over its own n_i)."""
+    n_max = max(t.shape[0] for t in tensors)
+    out = tensors[0].new_zeros((len(tensors), n_max, *tensors[0].shape[1:]))
+    for row, t in zip(out, tensors):
+        row[:t.shape[0]].copy_(t)
+    return out
+
+
 def train_sources_batched(fm: FlatModel, optimizer: FlatAdam, theta: Tensor, xs: Tensor, ys: Tensor, *,
                           epochs: int, batch_size: int, lr: float, generators: Sequence[torch.Generator],
-                          names: Sequence[str], out: Tensor, buffers: Mapping[str, Tensor] | None = None) -> int:
+                          names: Sequence[str], out: Tensor, buffers: Mapping[str, Tensor] | None = None,
+                          sizes: Sequence[int] | None = None) -> int:
     """Train N clients from ``theta`` (m,) on their data ``xs`` (N, n, *input) / ``ys`` (N, n) and write their
     final parameters into ``out`` (N, m); ``optimizer`` is a :class:`FlatAdam` over N·m coordinates (reset here).
     ``generators[i]`` draws client i's permutations, as in :func:`fda_core.experiments.flat.local_train`.
 
+    ``sizes``: client i's data are its first ``sizes[i]`` rows (default: all n; :func:`stack_clients` pads);
+    every client must take the same number of steps per epoch. A step whose mini-batches have equal sizes is one
+    ``vmap``-ed computation; a step where they differ (the short last batch of an epoch) computes each client's
+    gradient on its own, and the optimiser step is still one for all.
+
     ``buffers``: {name: (N, *shape)} every floating-point buffer of the module (``fm.buffer_names``: BatchNorm
     running statistics), row i client i's, each row holding the global model's values on entry; they are updated
-    in place as client i's own module would update them (required when the module has such buffers). Integer
-    buffers (BatchNorm's ``num_batches_tracked``) stay the module's own and count every client's steps, as in the
-    loop. Returns the number of optimiser steps each client took. Raises FloatingPointError naming a client whose
-    loss became NaN/inf."""
+    in place as client i's own module would update them (required when the module has such buffers). BatchNorm's
+    integer ``num_batches_tracked`` stays the module's own and counts every client's steps, as in the loop.
+    Returns the number of optimiser steps each client took. Raises FloatingPointError naming a client whose loss
+    became NaN/inf."""
     from torch.func import functional_call, vmap
 
     n_clients, n = ys.shape[0], ys.shape[1]
+    sizes = [n] * n_clients if sizes is None else [operator.index(k) for k in sizes]
+    if len(sizes) != n_clients or not all(1 <= k <= n for k in sizes):
+        raise ValueError(f"sizes must give one size in [1, {n}] per client ({n_clients}), got {sizes}")
+    if len({math.ceil(k / batch_size) for k in sizes}) > 1:
+        raise ValueError(f"every client must take the same number of steps per epoch, but sizes {sizes} with "
+                         f"batch_size={batch_size} give {[math.ceil(k / batch_size) for k in sizes]}")
     module = fm.module
     buffers = dict(buffers or {})
     if sorted(buffers) != sorted(fm.buffer_names):
@@ -82,8 +110,6 @@ def train_sources_batched(fm: FlatModel, optimizer: FlatAdam, theta: Tensor, xs:
     for name, b in buffers.items():
         if b.shape[0] != n_clients:
             raise ValueError(f"buffers[{name!r}] must have one row per client ({n_clients}), got shape {tuple(b.shape)}")
-    counters = {name: b for name, b in module.named_buffers() if not b.is_floating_point()}
-    counted = {name: b.clone() for name, b in counters.items()}
 
     def logits(params: dict[str, Tensor], bufs: dict[str, Tensor], x: Tensor) -> Tensor:  # one client's (b, C)
         return functional_call(module, (params, bufs), (x,))
@@ -98,24 +124,41 @@ def train_sources_batched(fm: FlatModel, optimizer: FlatAdam, theta: Tensor, xs:
     module.train()
     rows = torch.arange(n_clients, device=xs.device).unsqueeze(1)
     loss_sum = torch.zeros(n_clients, device=xs.device)
-    steps = 0
+    steps = vmapped = 0
     for _ in range(epochs):
-        perms = torch.stack([torch.randperm(n, generator=g) for g in generators]).to(xs.device)  # (N, n)
-        for s in range(0, n, batch_size):
-            idx = perms[:, s:s + batch_size]
-            leaves = [p.detach().requires_grad_(True) for p in params]
-            z = batched(dict(zip(param_names, leaves)), buffers, xs[rows, idx])  # (N, b, C)
-            losses = F.cross_entropy(z.flatten(0, 1), ys[rows, idx].flatten(), reduction="none").view(idx.shape).mean(1)
-            # client i's loss depends on row i only; the gradients of the (N, *shape) leaves are laid out as ``out``
-            grads = torch.autograd.grad(losses.sum(), leaves)
-            loss_sum += losses.detach()
+        perms = [torch.randperm(k, generator=g).to(xs.device) for k, g in zip(sizes, generators)]
+        common = min(sizes)
+        stacked = torch.stack([p[:common] for p in perms])  # (N, min n_i)
+        for s in range(0, max(sizes), batch_size):
+            if all(min(k, s + batch_size) == min(common, s + batch_size) for k in sizes):  # within the common part
+                idx = stacked[:, s:s + batch_size]
+                leaves = [p.detach().requires_grad_(True) for p in params]
+                z = batched(dict(zip(param_names, leaves)), buffers, xs[rows, idx])  # (N, b, C)
+                losses = F.cross_entropy(z.flatten(0, 1), ys[rows, idx].flatten(), reduction="none").view(idx.shape).mean(1)
+                # client i's loss depends on row i only; the gradients of the (N, *shape) leaves are laid out as ``out``
+                grads = torch.autograd.grad(losses.sum(), leaves)
+                loss_sum += losses.detach()
+                with torch.no_grad():
+                    torch.cat([g.flatten(1) for g in grads], dim=1, out=grad)
+                vmapped += 1
+            else:  # mini-batches of different sizes: each client's gradient on its own, into its row of ``grad``
+                for i, perm in enumerate(perms):
+                    idx = perm[s:s + batch_size]
+                    leaves = [p[i].detach().requires_grad_(True) for p in params]
+                    z = functional_call(module, (dict(zip(param_names, leaves)), {k: b[i] for k, b in buffers.items()}),
+                                        (xs[i, idx],))
+                    loss = F.cross_entropy(z, ys[i, idx])
+                    grads = torch.autograd.grad(loss, leaves)
+                    loss_sum[i] += loss.detach()
+                    with torch.no_grad():
+                        torch.cat([g.flatten() for g in grads], out=grad[i])
             with torch.no_grad():
-                torch.cat([g.flatten(1) for g in grads], dim=1, out=grad)
                 optimizer.step(out.view(-1), grad.view(-1), lr)
             steps += 1
-    with torch.no_grad():  # one vmap-ed forward counted once what the loop counts once per client
-        for name, b in counters.items():
-            b.add_((b - counted[name]) * (n_clients - 1))
+    with torch.no_grad():  # a vmap-ed forward counted once what the loop counts once per client
+        for m in module.modules():
+            if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.num_batches_tracked is not None and m.training:
+                m.num_batches_tracked.add_(vmapped * (n_clients - 1))
     bad = (~torch.isfinite(loss_sum)).nonzero().flatten().tolist()
     if bad:
         raise FloatingPointError(f"{names[bad[0]]}: the training loss became NaN/inf (lower the learning rate)")

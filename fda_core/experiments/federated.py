@@ -35,7 +35,7 @@ from ..common.checks import is_int as _is_int
 from ..common.checks import is_number as _is_num
 from ..common.devices import resolve_device
 from ..common.seeding import derive_seed, generator
-from .batched_clients import CLIENT_BATCHING, batching_blockers, train_sources_batched
+from .batched_clients import CLIENT_BATCHING, batching_blockers, stack_clients, train_sources_batched
 from .flat import FlatAdam, FlatModel, accuracy, count_steps, local_train
 from .methods import ClientInfo, Method, RoundInfo, RoundResults, get_method
 
@@ -292,14 +292,16 @@ class Run:
         if mode == "loop" or (mode == "auto" and self.device.type != "cuda"):
             return None
         blockers = batching_blockers(self.model, self.sources, custom_loss=custom_loss,
-                                     aux_labels=getattr(self.method, "uses_aux_labels", False))
+                                     aux_labels=getattr(self.method, "uses_aux_labels", False),
+                                     batch_size=self.config["source_batch_size"])
         if blockers:
             if mode == "vmap":
                 raise ValueError("client_batching='vmap' cannot batch this run's source clients: " + "; ".join(blockers)
                                  + " (use 'auto' or 'loop')")
             return None
         fm = self.model
-        return {"x": torch.stack([s["x"] for s in self.sources]), "y": torch.stack([s["y"] for s in self.sources]),
+        return {"x": stack_clients([s["x"] for s in self.sources]), "y": stack_clients([s["y"] for s in self.sources]),
+                "sizes": [s["x"].shape[0] for s in self.sources],
                 "optimizer": FlatAdam(len(self.sources) * fm.m, self.device, fm.flat.dtype, kind=self.config["optimizer"])}
 
     # -- what clients do -------------------------------------------------------------------------
@@ -400,7 +402,7 @@ class Run:
                 fm, b["optimizer"], self.theta, b["x"], b["y"], epochs=c["local_epochs"], batch_size=c["source_batch_size"],
                 lr=lr_s, generators=[generator(c["seed"], _STREAM_CLIENT, r, _SOURCE, i) for i in range(n_src)],
                 names=[f"source client {s['name']!r}, round {r}" for s in self.sources], out=self._source_updates,
-                buffers=bufs)
+                buffers=bufs, sizes=b["sizes"])
             self._source_updates.sub_(self.theta)  # g_i = h_i^(r) − h^(r-1)
             src_steps, src_bufs = [steps] * n_src, [{k: v[i] for k, v in bufs.items()} for i in range(n_src)]
         elif plan.sources:
