@@ -126,12 +126,12 @@ def train_sources_batched(fm: FlatModel, optimizer: FlatAdam, theta: Tensor, xs:
     loss_sum = torch.zeros(n_clients, device=xs.device)
     steps = vmapped = 0
     for _ in range(epochs):
-        perms = [torch.randperm(k, generator=g).to(xs.device) for k, g in zip(sizes, generators)]
+        # row i: client i's permutation of range(n_i), padded to the longest; one transfer to the device
+        perms = stack_clients([torch.randperm(k, generator=g) for k, g in zip(sizes, generators)]).to(xs.device)
         common = min(sizes)
-        stacked = torch.stack([p[:common] for p in perms])  # (N, min n_i)
         for s in range(0, max(sizes), batch_size):
             if all(min(k, s + batch_size) == min(common, s + batch_size) for k in sizes):  # within the common part
-                idx = stacked[:, s:s + batch_size]
+                idx = perms[:, s:min(s + batch_size, common)]
                 leaves = [p.detach().requires_grad_(True) for p in params]
                 z = batched(dict(zip(param_names, leaves)), buffers, xs[rows, idx])  # (N, b, C)
                 losses = F.cross_entropy(z.flatten(0, 1), ys[rows, idx].flatten(), reduction="none").view(idx.shape).mean(1)
@@ -142,8 +142,8 @@ def train_sources_batched(fm: FlatModel, optimizer: FlatAdam, theta: Tensor, xs:
                     torch.cat([g.flatten(1) for g in grads], dim=1, out=grad)
                 vmapped += 1
             else:  # mini-batches of different sizes: each client's gradient on its own, into its row of ``grad``
-                for i, perm in enumerate(perms):
-                    idx = perm[s:s + batch_size]
+                for i, k in enumerate(sizes):
+                    idx = perms[i, s:min(s + batch_size, k)]
                     leaves = [p[i].detach().requires_grad_(True) for p in params]
                     z = functional_call(module, (dict(zip(param_names, leaves)), {k: b[i] for k, b in buffers.items()}),
                                         (xs[i, idx],))
