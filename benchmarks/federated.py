@@ -8,6 +8,9 @@ target batch 16, 100 labelled target images, one local epoch, FedGP (β = 0.5, l
 projection), no warm-up (every timed round is an FDA round), no evaluation inside the timed rounds.
 ``--model mnist_cnn`` times the FedGP paper's ColoredMNIST model instead (four convolutions with BatchNorm; the
 model of notebook 04 at paper scale): its batched path carries per-client BatchNorm statistics.
+``--compiled`` times instead (a'') ``client_batching="compile"`` against (a'): the batched objective through
+``torch.compile`` (CUDA graphs on a GPU), both per round inside one run after 2 untimed rounds, where the
+compilation happens.
 
 (a) ``library``: :func:`fda_core.experiments.federated.run_experiment` with ``client_batching="loop"`` — one module whose parameters are views into
     a flat vector, Adam as fused vector operations, updates written into a preallocated (N, m) buffer,
@@ -25,7 +28,7 @@ Printed: seconds per round, rounds per second, and the ratio plain/library. No t
 Usage::
 
     python benchmarks/federated.py [--device auto|cpu|cuda|all] [--model small_cnn|mnist_cnn] [--rounds 3]
-                                   [--repeats 3] [--quick] [--json OUT]
+                                   [--repeats 3] [--quick] [--compiled] [--json OUT]
 """
 
 from __future__ import annotations
@@ -66,6 +69,24 @@ def library_time(rounds: int, device: torch.device, ds, batching: str = "loop") 
                    **SETTING)
     _sync(device)
     return time.perf_counter() - t0
+
+
+def steady_round_time(device: torch.device, ds, batching: str, warm: int, timed: int) -> float:
+    """Seconds per round of one run after ``warm`` untimed rounds (for ``client_batching="compile"``: the
+    compilation of the full and the short last mini-batch happens there, once per run)."""
+    from fda_core.experiments.federated import Run, make_config
+    from fda_core.experiments.methods import get_method
+
+    c = make_config(rounds=warm + timed, eval_every=10 ** 6, device=str(device), client_batching=batching, **SETTING)
+    run = Run(c, get_method(c["rule"], **c["method_options"]), ds)
+    for r in range(1, warm + 1):
+        run.round(r)
+    _sync(device)
+    t0 = time.perf_counter()
+    for r in range(warm + 1, warm + timed + 1):
+        run.round(r)
+    _sync(device)
+    return (time.perf_counter() - t0) / timed
 
 
 def plain_time(rounds: int, device: torch.device, ds) -> float:
@@ -131,6 +152,19 @@ def measure(device: torch.device, rounds: int, extra: int, repeats: int) -> dict
             "ratio_library_over_batched": med["library"] / med["library batched"], "repeats": per}
 
 
+def measure_compiled(device: torch.device, warm: int, timed: int, repeats: int) -> dict:
+    """``client_batching="vmap"`` against ``"compile"``, both timed per round inside one run after ``warm`` rounds
+    (each repeat a fresh run, so each compiles once), interleaved."""
+    ds = get_dataset(SETTING["dataset"], **SETTING["dataset_options"], seed=SETTING["seed"])
+    per = {"batched (eager)": [], "batched (compiled)": []}
+    for _ in range(repeats):
+        per["batched (eager)"].append(steady_round_time(device, ds, "vmap", warm, timed))
+        per["batched (compiled)"].append(steady_round_time(device, ds, "compile", warm, timed))
+    med = {k: statistics.median(v) for k, v in per.items()}
+    return {"device": str(device), "model": SETTING["model"], "seconds_per_round": med,
+            "ratio_eager_over_compiled": med["batched (eager)"] / med["batched (compiled)"], "repeats": per}
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="auto", help="auto | cpu | cuda | all")
@@ -139,6 +173,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="smoke test: 1 + 1 rounds, 1 repeat")
     ap.add_argument("--json", default=None, help="also write the numbers to this JSON file")
+    ap.add_argument("--compiled", action="store_true",
+                    help="instead: batched clients eager vs torch.compile (CUDA graphs on a GPU), per round in one run "
+                         "after 2 untimed rounds (where the compilation happens)")
     ap.add_argument("--model", default="small_cnn", choices=("small_cnn", "mnist_cnn"),
                     help="small_cnn (default) or mnist_cnn (BatchNorm; notebook 04's paper-scale model)")
     args = ap.parse_args(argv)
@@ -152,6 +189,18 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}; setting: 10 clients (9 sources + target), "
           f"NoisyFeatures(0.4) on MNIST-5k, {SETTING['model']}, FedGP β=0.5 layer-wise")
     results = []
+    if args.compiled:
+        for dev in devices:
+            r = measure_compiled(dev, 2, args.extra, args.repeats)
+            results.append(r)
+            s = r["seconds_per_round"]
+            print(f"[{r['device']}] batched clients, eager {s['batched (eager)'] * 1e3:8.1f} ms/round | compiled "
+                  f"{s['batched (compiled)'] * 1e3:8.1f} ms/round | eager/compiled = {r['ratio_eager_over_compiled']:.2f}x")
+        if args.json:
+            from fda_core.common.files import atomic_write_json
+
+            atomic_write_json(args.json, results)
+        return {"results": results}
     for dev in devices:
         r = measure(dev, args.rounds, args.extra, args.repeats)
         results.append(r)

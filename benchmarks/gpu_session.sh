@@ -33,6 +33,7 @@ for s in "$@"; do
     variants) step variants 120 python3 benchmarks/aggregation_variants.py --device cuda --chunks 1024 ;;
     pd) step pd 150 python3 benchmarks/phase_diagram.py --device cuda --json "$OUT/pd.json" ;;
     fed) step fed 120 python3 benchmarks/federated.py --device cuda --json "$OUT/fed.json" ;;
+    fedcomp) step fedcomp 240 python3 benchmarks/federated.py --device cuda --compiled --json "$OUT/fedcomp.json" ;;
     fedbn) step fedbn 150 python3 benchmarks/federated.py --device cuda --model mnist_cnn --json "$OUT/fedbn.json" ;;
     fedcpu) step fedcpu 300 python3 benchmarks/federated.py --device cpu --json "$OUT/fedcpu.json" ;;
     nb02) step nb02 150 python3 -m fda_core run 02 -p paper_scale true --out /tmp/executed --no-progress ;;

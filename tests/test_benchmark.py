@@ -3,6 +3,8 @@
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -41,6 +43,18 @@ def test_federated_benchmark_smoke():
     (res,) = out["results"]
     assert set(res["seconds_per_round"]) == {"library", "library batched", "plain loop"}
     assert res["device"] == "cpu"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_federated_benchmark_compiled_smoke():
+    """benchmarks/federated.py --compiled --quick times eager against compiled batched clients per round in a run."""
+    spec = importlib.util.spec_from_file_location("bench_federated_compiled", ROOT / "benchmarks" / "federated.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    (res,) = mod.main(["--quick", "--device", "cpu", "--compiled"])["results"]
+    assert set(res["seconds_per_round"]) == {"batched (eager)", "batched (compiled)"}
+    assert all(v > 0 for v in res["seconds_per_round"].values()) and res["ratio_eager_over_compiled"] > 0
 
 
 def test_aggregation_regression_script_compares_two_revisions_in_one_process():

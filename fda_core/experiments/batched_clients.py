@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -41,10 +41,43 @@ from torch import Tensor, nn
 
 from .flat import FlatAdam, FlatModel
 
-__all__ = ["CLIENT_BATCHING", "batching_blockers", "stack_clients", "train_sources_batched"]
+__all__ = ["CLIENT_BATCHING", "batched_losses", "batching_blockers", "stack_clients", "train_sources_batched"]
 
 #: allowed values of the engine's ``client_batching`` option
-CLIENT_BATCHING = ("auto", "loop", "vmap")
+CLIENT_BATCHING = ("auto", "loop", "vmap", "compile")
+
+#: A batched objective: (parameter leaves [(N, *shape)], buffers {name: (N, *shape)}, x (N, b, *input),
+#: y (N, b)) -> the N clients' mean cross-entropies (N,)
+BatchedLosses = Callable[[list[Tensor], dict[str, Tensor], Tensor, Tensor], Tensor]
+
+
+def batched_losses(fm: FlatModel, *, compile: bool = False) -> BatchedLosses:
+    """The N clients' mean cross-entropies on their mini-batches as one ``vmap``-ed computation of ``fm.module``
+    (each client its own parameters and BatchNorm buffers, :func:`torch.func.functional_call`).
+
+    ``compile=True`` wraps it in :func:`torch.compile` (``dynamic=False``: one graph per mini-batch size, so an
+    epoch's short last batch compiles once more). On CUDA the mode is ``"reduce-overhead"``: forward and backward
+    replay from CUDA graphs, one launch instead of hundreds of kernels per step; the CPU uses the default mode.
+    Make it once per run (the compiled graphs are cached on the returned function); the first steps pay the
+    compilation (~10–20 s on the 2-core CPU)."""
+    from torch.func import functional_call, vmap
+
+    module = fm.module
+    names = [name for name, *_ in fm.layout]
+
+    def logits(params: dict[str, Tensor], bufs: dict[str, Tensor], x: Tensor) -> Tensor:  # one client's (b, C)
+        return functional_call(module, (params, bufs), (x,))
+
+    batched = vmap(logits, randomness="different")
+
+    def losses(leaves: list[Tensor], bufs: dict[str, Tensor], x: Tensor, y: Tensor) -> Tensor:
+        z = batched(dict(zip(names, leaves)), bufs, x)  # (N, b, C)
+        return F.cross_entropy(z.flatten(0, 1), y.flatten(), reduction="none").view(y.shape).mean(1)
+
+    if not compile:
+        return losses
+    mode = "reduce-overhead" if fm.flat.device.type == "cuda" else "default"
+    return torch.compile(losses, dynamic=False, mode=mode)
 
 
 def batching_blockers(fm: FlatModel, sources: Sequence[dict[str, Any]], *, custom_loss: bool,
@@ -78,7 +111,7 @@ def stack_clients(tensors: Sequence[Tensor]) -> Tensor:
 def train_sources_batched(fm: FlatModel, optimizer: FlatAdam, theta: Tensor, xs: Tensor, ys: Tensor, *,
                           epochs: int, batch_size: int, lr: float, generators: Sequence[torch.Generator],
                           names: Sequence[str], out: Tensor, buffers: Mapping[str, Tensor] | None = None,
-                          sizes: Sequence[int] | None = None) -> int:
+                          sizes: Sequence[int] | None = None, losses: BatchedLosses | None = None) -> int:
     """Train N clients from ``theta`` (m,) on their data ``xs`` (N, n, *input) / ``ys`` (N, n) and write their
     final parameters into ``out`` (N, m); ``optimizer`` is a :class:`FlatAdam` over N·m coordinates (reset here).
     ``generators[i]`` draws client i's permutations, as in :func:`fda_core.experiments.flat.local_train`.
@@ -92,9 +125,10 @@ def train_sources_batched(fm: FlatModel, optimizer: FlatAdam, theta: Tensor, xs:
     running statistics), row i client i's, each row holding the global model's values on entry; they are updated
     in place as client i's own module would update them (required when the module has such buffers). BatchNorm's
     integer ``num_batches_tracked`` stays the module's own and counts every client's steps, as in the loop.
-    Returns the number of optimiser steps each client took. Raises FloatingPointError naming a client whose loss
-    became NaN/inf."""
-    from torch.func import functional_call, vmap
+    ``losses``: the batched objective of the equal-size steps (default :func:`batched_losses` of ``fm``; pass one
+    made once per run, compiled or not). Returns the number of optimiser steps each client took. Raises
+    FloatingPointError naming a client whose loss became NaN/inf."""
+    from torch.func import functional_call
 
     n_clients, n = ys.shape[0], ys.shape[1]
     sizes = [n] * n_clients if sizes is None else [operator.index(k) for k in sizes]
@@ -111,10 +145,10 @@ def train_sources_batched(fm: FlatModel, optimizer: FlatAdam, theta: Tensor, xs:
         if b.shape[0] != n_clients:
             raise ValueError(f"buffers[{name!r}] must have one row per client ({n_clients}), got shape {tuple(b.shape)}")
 
-    def logits(params: dict[str, Tensor], bufs: dict[str, Tensor], x: Tensor) -> Tensor:  # one client's (b, C)
-        return functional_call(module, (params, bufs), (x,))
-
-    batched = vmap(logits, randomness="different")
+    if losses is None:
+        losses = batched_losses(fm)
+    mark_step = getattr(getattr(torch, "compiler", None), "cudagraph_mark_step_begin", None)
+    mark_step = mark_step if out.device.type == "cuda" else None
     out.copy_(theta.expand(n_clients, -1))
     grad = torch.empty_like(out)
     # the parameters as (N, *shape) views of ``out``, made once: the optimiser updates ``out`` in place
@@ -132,12 +166,13 @@ def train_sources_batched(fm: FlatModel, optimizer: FlatAdam, theta: Tensor, xs:
         for s in range(0, max(sizes), batch_size):
             if all(min(k, s + batch_size) == min(common, s + batch_size) for k in sizes):  # within the common part
                 idx = perms[:, s:min(s + batch_size, common)]
+                if mark_step is not None:
+                    mark_step()  # a new step: CUDA-graph outputs of the last one may be overwritten
                 leaves = [p.detach().requires_grad_(True) for p in params]
-                z = batched(dict(zip(param_names, leaves)), buffers, xs[rows, idx])  # (N, b, C)
-                losses = F.cross_entropy(z.flatten(0, 1), ys[rows, idx].flatten(), reduction="none").view(idx.shape).mean(1)
+                batch_losses = losses(leaves, buffers, xs[rows, idx], ys[rows, idx])  # (N,)
                 # client i's loss depends on row i only; the gradients of the (N, *shape) leaves are laid out as ``out``
-                grads = torch.autograd.grad(losses.sum(), leaves)
-                loss_sum += losses.detach()
+                grads = torch.autograd.grad(batch_losses.sum(), leaves)
+                loss_sum += batch_losses.detach()
                 with torch.no_grad():
                     torch.cat([g.flatten(1) for g in grads], dim=1, out=grad)
                 vmapped += 1

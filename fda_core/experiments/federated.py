@@ -35,7 +35,8 @@ from ..common.checks import is_int as _is_int
 from ..common.checks import is_number as _is_num
 from ..common.devices import resolve_device
 from ..common.seeding import derive_seed, generator
-from .batched_clients import CLIENT_BATCHING, batching_blockers, stack_clients, train_sources_batched
+from .batched_clients import (CLIENT_BATCHING, batched_losses, batching_blockers, stack_clients,
+                              train_sources_batched)
 from .flat import FlatAdam, FlatModel, accuracy, count_steps, local_train
 from .methods import ClientInfo, Method, RoundInfo, RoundResults, get_method
 
@@ -69,7 +70,8 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "device": "auto",
     "eval_every": 1,
     "client_batching": "auto",      # source clients of a round trained as one vmap-ed computation: 'auto' (on CUDA
-                                    # when the run qualifies), 'vmap' or 'loop' (experiments/batched_clients.py);
+                                    # when the run qualifies), 'vmap', 'compile' (vmap + torch.compile) or 'loop'
+                                    # (experiments/batched_clients.py);
                                     # like 'device', an execution choice (float rounding only), not part of a run's key
     "alignment_steps": "fractional",  # step counts of the magnitude-alignment factor: 'fractional' (n/bs·epochs,
                                       # FedGP paper Eq. B.2 and its code) or 'taken' (⌈n/bs⌉·epochs)
@@ -120,7 +122,8 @@ def make_config(**config: Any) -> dict[str, Any]:
     for key in ("source_lr", "lr_decay"):
         _check(_is_num(c[key]) and c[key] > 0, key, "a positive finite number", c[key])
     _check(c["optimizer"] in ("adam", "sgd"), "optimizer", "'adam' or 'sgd'", c["optimizer"])
-    _check(c["client_batching"] in CLIENT_BATCHING, "client_batching", "'auto', 'loop' or 'vmap'", c["client_batching"])
+    _check(c["client_batching"] in CLIENT_BATCHING, "client_batching", "'auto', 'loop', 'vmap' or 'compile'",
+           c["client_batching"])
     _check(c["alignment_steps"] in ALIGNMENT_STEPS, "alignment_steps", "'fractional' or 'taken'", c["alignment_steps"])
     if c["target_lr"] is None:
         c["target_lr"] = c["source_lr"] / 5  # auto-weighted paper App. C.2: target lr = 1/5 of source lr
@@ -295,13 +298,13 @@ class Run:
                                      aux_labels=getattr(self.method, "uses_aux_labels", False),
                                      batch_size=self.config["source_batch_size"])
         if blockers:
-            if mode == "vmap":
-                raise ValueError("client_batching='vmap' cannot batch this run's source clients: " + "; ".join(blockers)
+            if mode != "auto":
+                raise ValueError(f"client_batching={mode!r} cannot batch this run's source clients: " + "; ".join(blockers)
                                  + " (use 'auto' or 'loop')")
             return None
         fm = self.model
         return {"x": stack_clients([s["x"] for s in self.sources]), "y": stack_clients([s["y"] for s in self.sources]),
-                "sizes": [s["x"].shape[0] for s in self.sources],
+                "sizes": [s["x"].shape[0] for s in self.sources], "losses": batched_losses(fm, compile=mode == "compile"),
                 "optimizer": FlatAdam(len(self.sources) * fm.m, self.device, fm.flat.dtype, kind=self.config["optimizer"])}
 
     # -- what clients do -------------------------------------------------------------------------
@@ -402,7 +405,7 @@ class Run:
                 fm, b["optimizer"], self.theta, b["x"], b["y"], epochs=c["local_epochs"], batch_size=c["source_batch_size"],
                 lr=lr_s, generators=[generator(c["seed"], _STREAM_CLIENT, r, _SOURCE, i) for i in range(n_src)],
                 names=[f"source client {s['name']!r}, round {r}" for s in self.sources], out=self._source_updates,
-                buffers=bufs, sizes=b["sizes"])
+                buffers=bufs, sizes=b["sizes"], losses=b["losses"])
             self._source_updates.sub_(self.theta)  # g_i = h_i^(r) − h^(r-1)
             src_steps, src_bufs = [steps] * n_src, [{k: v[i] for k, v in bufs.items()} for i in range(n_src)]
         elif plan.sources:
