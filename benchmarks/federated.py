@@ -196,12 +196,7 @@ def main(argv: list[str] | None = None) -> dict:
             s = r["seconds_per_round"]
             print(f"[{r['device']}] batched clients, eager {s['batched (eager)'] * 1e3:8.1f} ms/round | compiled "
                   f"{s['batched (compiled)'] * 1e3:8.1f} ms/round | eager/compiled = {r['ratio_eager_over_compiled']:.2f}x")
-        if args.json:
-            from fda_core.common.files import atomic_write_json
-
-            atomic_write_json(args.json, results)
-        return {"results": results}
-    for dev in devices:
+    for dev in devices if not args.compiled else []:
         r = measure(dev, args.rounds, args.extra, args.repeats)
         results.append(r)
         s = r["seconds_per_round"]

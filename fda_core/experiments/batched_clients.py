@@ -32,7 +32,6 @@ always (an error if the run does not qualify), ``"compile"`` likewise with the o
 
 from __future__ import annotations
 
-import math
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -41,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .flat import FlatAdam, FlatModel
+from .flat import FlatAdam, FlatModel, count_steps
 
 __all__ = ["CLIENT_BATCHING", "batched_losses", "batching_blockers", "stack_clients", "train_sources_batched"]
 
@@ -91,7 +90,7 @@ def batching_blockers(fm: FlatModel, sources: Sequence[dict[str, Any]], *, custo
     if len(sources) < 2:
         reasons.append("fewer than two source clients")
     sizes = [s["x"].shape[0] for s in sources]
-    if len({math.ceil(n / batch_size) for n in sizes}) > 1:
+    if len({count_steps(n, batch_size, 1) for n in sizes}) > 1:
         reasons.append(f"source clients take different numbers of steps per epoch (sizes {', '.join(map(str, sizes))}, "
                        f"batch size {batch_size})")
     if custom_loss:
@@ -137,9 +136,10 @@ def train_sources_batched(fm: FlatModel, optimizer: FlatAdam, theta: Tensor, xs:
     sizes = [n] * n_clients if sizes is None else [operator.index(k) for k in sizes]
     if len(sizes) != n_clients or not all(1 <= k <= n for k in sizes):
         raise ValueError(f"sizes must give one size in [1, {n}] per client ({n_clients}), got {sizes}")
-    if len({math.ceil(k / batch_size) for k in sizes}) > 1:
+    per_epoch = [count_steps(k, batch_size, 1) for k in sizes]
+    if len(set(per_epoch)) > 1:
         raise ValueError(f"every client must take the same number of steps per epoch, but sizes {sizes} with "
-                         f"batch_size={batch_size} give {[math.ceil(k / batch_size) for k in sizes]}")
+                         f"batch_size={batch_size} give {per_epoch}")
     module = fm.module
     buffers = dict(buffers or {})
     if sorted(buffers) != sorted(fm.buffer_names):
