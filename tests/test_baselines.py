@@ -3,16 +3,20 @@ against the methods they reduce to, hand-computed pieces, the engine hooks they 
 
 import math
 
+import pandas as pd
 import pytest
 import torch
 
+from fda_core.common.files import read_note
 from fda_core.common.seeding import generator
+from fda_core.common.store import ResultStore
 from fda_core.experiments import federated
 from fda_core.experiments.fda_baselines import clustering_score, consensus_focus, knowledge_vote
 from fda_core.experiments.federated import Run, make_config, run_experiment
 from fda_core.experiments.flat import FlatAdam, local_train
 from fda_core.experiments.methods import get_method, list_methods
-from fda_core.experiments.personalisation import KNN_CAPACITY_GRID, KNN_WEIGHT_GRID, head_indices
+from fda_core.experiments.personalisation import KNN_CAPACITY_GRID, KNN_WEIGHT_GRID, head_indices, source_sweep
+from fda_core.workbook.reports import source_sweep_report
 
 from test_federated import Blobs
 
@@ -258,3 +262,82 @@ def test_fedrep_head_on_precomputed_features_equals_frozen_body_training():
         out.append((r.theta.clone(), r.method.target_head.clone(), r.method.heads.clone()))
     for a, b in zip(*out):
         assert torch.allclose(a, b, atol=1e-5)
+
+
+# --- the source-data sweep (docs/baselines.md § Source-data sweep) ----------------------------------
+class _BlobsWithout(Blobs):
+    """Blobs with environment ``drop`` removed, built by hand (the sweep's data, independently)."""
+
+    def __init__(self, drop: int):
+        super().__init__()
+        keep = [i for i in range(3) if i != drop]
+        self.data = [self.data[i] for i in keep]
+        self.ENVIRONMENTS = [Blobs.ENVIRONMENTS[i] for i in keep]
+
+
+def test_source_sweep_holds_the_real_target_out():
+    runs = source_sweep("apfl", "alpha", [0.5], BASE, held_out="e0", pseudo_target="e1", seeds=[0, 1],
+                        dataset=Blobs())
+    assert [r["labels"] for r in runs] == [{"option": "alpha", "value": 0.5, "seed": s, "held_out": "e0"}
+                                           for s in (0, 1)]
+    for r, seed in zip(runs, (0, 1)):
+        by_hand = run_experiment(_dataset=_BlobsWithout(0), **{**BASE, "target": "e1", "seed": seed, "rule": "apfl",
+                                                               "method_options": {"alpha": 0.5}})
+        assert accs(r) == accs(by_hand)
+        assert r["config"]["target"] == "e1" and r["config"]["method_options"]["alpha"] == 0.5
+    with_e0 = run(target="e1", rule="apfl", method_options={"alpha": 0.5})  # e0 a source: another run
+    assert accs(runs[0]) != accs(with_e0)
+
+
+def test_source_sweep_values_reach_the_method():
+    """Ditto's limits (λ = 0: Target only, λ = ∞: FedAvg) on the sweep's data show each value is the one run."""
+    lam0, laminf = source_sweep("ditto", "lam", [0.0, math.inf], BASE, held_out="e2", pseudo_target="e0",
+                                dataset=Blobs())
+    data = _BlobsWithout(2)
+    assert accs(lam0) == accs(run_experiment(_dataset=data, **{**BASE, "rule": "target_only"}))
+    assert accs(laminf) == accs(run_experiment(_dataset=data, **{**BASE, "rule": "source_only"}))
+
+
+def test_source_sweep_store_reuses_runs_per_held_out_domain(tmp_path):
+    store = ResultStore(tmp_path)
+    kw = dict(held_out="e0", pseudo_target="e1", dataset=Blobs(), store=store)
+    first = source_sweep("knn_per", "k", [1, 3], BASE, **kw)
+    again = source_sweep("knn_per", "k", [1, 3], BASE, **kw)
+    assert store.counts["source_sweep"] == {"reused": 2, "computed": 2, "stale": 0}
+    assert [accs(r) for r in again] == [accs(r) for r in first]
+    source_sweep("knn_per", "k", [1], BASE, **{**kw, "held_out": "e2"})  # same config, other data: computed
+    assert store.counts["source_sweep"]["computed"] == 3
+
+
+@pytest.mark.parametrize("kw, word", [
+    (dict(option="beta"), "option"), (dict(values=[]), "values"), (dict(seeds=[]), "seeds"),
+    (dict(pseudo_target="e0"), "pseudo_target"), (dict(held_out="e9"), "e9"),
+    (dict(values=[-1.0]), "lam")])
+def test_source_sweep_bad_input_names_the_parameter(kw, word):
+    args = {"option": "lam", "values": [0.1], "held_out": "e0", "pseudo_target": "e1", **kw}
+    with pytest.raises(ValueError, match=word):
+        source_sweep("ditto", args.pop("option"), args.pop("values"), BASE, dataset=Blobs(), **args)
+
+
+def test_source_sweep_report_marks_defaults_and_best_and_writes_its_note(tmp_path):
+    grid = {"ditto": ("lam", (0.0, 0.1, math.inf)), "apfl": ("alpha", (0.0, 0.25, 1.0))}
+    table = source_sweep_report(BASE, held_out="e0", pseudo_target="e1", seeds=[0, 1], grid=grid, dataset=Blobs(),
+                                out_dir=tmp_path, table_name="sweep")
+    assert list(table["value"]) == ["0", "0.1", "inf", "0", "0.25", "1"]
+    assert list(table["default"]) == [False, True, False, False, True, False]
+    assert (table["seeds"] == 2).all()
+    # each row is the mean of its own runs, by hand
+    runs = source_sweep("apfl", "alpha", [1.0], BASE, held_out="e0", pseudo_target="e1", seeds=[0, 1], dataset=Blobs())
+    by_hand = sum(100 * r["final_target_acc"] for r in runs) / 2
+    assert table.loc[5, "acc"] == round(by_hand, 2)
+    for _, rows in table.groupby("rule"):
+        assert list(rows["best"]) == list(rows["acc"] == rows["acc"].max())
+    written = pd.read_csv(tmp_path / "sweep.csv", comment="#")
+    assert list(written["acc"]) == list(table["acc"])
+    note = "\n".join(read_note(tmp_path / "sweep.csv"))
+    assert "the real target e0 is held out" in note and "e1 plays the target" in note and "target=e1" in note
+    only = source_sweep_report(BASE, held_out="e0", pseudo_target="e1", grid=grid, methods=["apfl(alpha=0.5)"],
+                               dataset=Blobs())
+    assert set(only["rule"]) == {"apfl"}
+    with pytest.raises(ValueError, match="value must be one of"):
+        source_sweep_report(BASE, held_out="e0", pseudo_target="e1", grid=grid, value="auc", dataset=Blobs())

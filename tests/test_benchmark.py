@@ -72,3 +72,38 @@ def test_aggregation_regression_script_compares_two_revisions_in_one_process():
     assert all(v > 0 for v in med.values())
     with pytest.raises(ValueError, match="--against 'no-such-revision'"):
         mod.load_revision("no-such-revision")
+
+
+def _load_baselines():
+    spec = importlib.util.spec_from_file_location("bench_baselines", ROOT / "benchmarks" / "baselines.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_baselines_benchmark_times_the_notebooks_default_settings():
+    """benchmarks/baselines.py's settings are notebooks 04's and 07's defaults (their parameters cells), so
+    docs/baselines.md § Cost times what the notebooks run."""
+    from fda_core.workbook.parameters import default_values
+
+    bench = _load_baselines()
+    nb04 = default_values(ROOT / "notebooks" / "04_real_data.ipynb")
+    for key in ("rounds", "warmup_rounds", "lr_decay", "model", "source_lr", "target_lr", "target_local_epochs",
+                "target_batch_size", "n_target_labeled"):
+        assert bench.NB04[key] == nb04[key], key
+    assert set(bench.SETTINGS["04"]["ColoredMNIST −90%"][1]) == {"source_only", *nb04["baselines"]}
+    nb07 = default_values(ROOT / "notebooks" / "07_auxiliary_tasks.ipynb")
+    for key in ("rounds", "model", "source_lr", "target_lr", "n_target_labeled", "target_batch_size", "warmup_rounds"):
+        assert bench.NB07[key] == nb07[key], key
+    assert {r.lower() for r in nb07["fda_baselines"]} <= set(bench.SETTINGS["07"]["SUPPORT2"][1])
+
+
+def test_baselines_benchmark_smoke(tmp_path):
+    """benchmarks/baselines.py --quick runs every baseline once and reports its ratio to Source only."""
+    out = _load_baselines().main(["--quick", "--settings", "07", "--json", str(tmp_path / "b.json")])
+    assert set(out) == {"07 DigitConditions", "07 SUPPORT2"}
+    for medians in out.values():
+        assert set(medians) == {"source_only", "fada", "kd3a"}
+        assert medians["source_only"]["ratio_to_source_only"] == 1.0
+        assert all(m["seconds"] > 0 for m in medians.values())
+    assert (tmp_path / "b.json").exists()

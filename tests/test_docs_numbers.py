@@ -3,7 +3,8 @@
 The docs quote a few measured tables next to their discussion (Fed INB's iteration counts beside the paper's
 Table 5, FedDIRT beside the paper's Table 3). When a notebook's results change (a fixed data set, a fixed
 estimator) and the figures are regenerated, these tables must be regenerated too; this test fails until they
-are, instead of leaving the docs quietly describing an earlier run. Rounding: the docs print one decimal.
+are, instead of leaving the docs quietly describing an earlier run (the same for the baselines' source-data
+sweep in docs/baselines.md). Rounding: the docs print one decimal.
 The closing notes of notebooks 07 and 08 quote differences in words ("ours loses by about 29"): each phrase is
 checked to be still there and its number to be what the committed CSV gives, rounded as written.
 """
@@ -97,6 +98,22 @@ def test_translation_table3_matches_notebook_08():
             mean, std = (number(v) for v in cell.split("±"))
             row = table.loc[(method, domain, period)]
             assert (mean, std) == (row["paper_mean"], row["paper_std"]), (method, domain, period, cell)
+
+
+def test_baselines_source_sweep_table_matches_notebook_04():
+    """docs/baselines.md's source-data sweep = figures/04_real_data/source_sweep.csv: the values tried, in order,
+    and the accuracy of each; and the flat sweep the text describes (every value of a method ties, so the
+    default is among the best)."""
+    sweep = _csv(FIGURES / "04_real_data" / "source_sweep.csv")
+    rows = markdown_table((ROOT / "docs" / "baselines.md").read_text(),
+                          "| method | option | values tried | final accuracy on the pseudo-target (+80%), % |")
+    assert [r[0] for r in rows] == list(dict.fromkeys(sweep["method"]))
+    for method, _option, values, accuracies in rows:
+        ours = sweep[sweep["method"] == method]
+        assert [number(v) for v in values.split(", ")] == list(ours["value"]), method
+        stated = [number(a) for a in accuracies.split(", ")]
+        assert len(stated) == len(ours) and all(close(a, b) for a, b in zip(stated, ours["acc"])), method
+        assert ours["best"].all() and ours["default"].sum() == 1, f"{method}: the docs call the sweep flat"
 
 
 # ---------------------------------------------------------------------------------------------

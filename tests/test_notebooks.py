@@ -10,6 +10,7 @@ import pandas as pd
 import papermill as pm
 import pytest
 
+from fda_core.common.files import read_note
 from fda_core.experiments.methods import paper_label
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -177,6 +178,12 @@ def test_real_data_notebook_numbers(out_root):
     base = _read(figures / "coloredmnist_baselines_table.csv").set_index("method")
     assert list(base.index) == ["Ditto", "FedRep", "APFL", "KNN-per"]
     assert base.loc["Ditto", "paper -90%"] == 19.32 and base["-90%"].between(0, 100).all()
+    # their hidden options, chosen on source data only: the real target -90% held out, +80% the pseudo-target
+    sweep = _read(figures / "source_sweep.csv")
+    assert list(dict.fromkeys(sweep["rule"])) == ["ditto", "apfl", "knn_per"]
+    assert sweep.groupby("rule")["default"].sum().eq(1).all() and sweep["acc"].between(0, 100).all()
+    note = "\n".join(read_note(figures / "source_sweep.csv"))
+    assert "the real target -90% is held out" in note and "target=+80%" in note
     betas = _read(figures / "coloredmnist_auto_beta.csv")
     assert len(betas) > 0 and betas["beta"].between(0, 1).all()
 

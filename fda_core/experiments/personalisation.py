@@ -29,7 +29,8 @@ from ..common.seeding import generator
 from .flat import cross_entropy
 from .methods import ClientInfo, Method, Option, RoundInfo, RoundPlan, ServerResult, register_method
 
-__all__ = ["Ditto", "FedRep", "APFL", "KNNPer", "head_indices", "KNN_WEIGHT_GRID", "KNN_CAPACITY_GRID"]
+__all__ = ["Ditto", "FedRep", "APFL", "KNNPer", "head_indices", "KNN_WEIGHT_GRID", "KNN_CAPACITY_GRID",
+           "SOURCE_SWEEP_GRID", "source_sweep"]
 
 #: Roles of the methods' own mini-batch streams (``Run.train_local`` keys; the engine's roles are 0-2).
 _ROLE_HEAD_SOURCE, _ROLE_HEAD_TARGET = 10, 11
@@ -399,20 +400,58 @@ class _WithoutEnv:
         raise ValueError(f"target must be one of {self.ENVIRONMENTS}, got {env!r}")
 
 
-def source_sweep(method: str, option: str, values: Any, base: dict[str, Any], *, held_out: Any,
-                 pseudo_target: Any, dataset: Any = None) -> list[dict[str, Any]]:
-    """Choose a hidden hyper-parameter on SOURCE data only (``docs/baselines.md`` § Source-data sweep): the real
-    target ``held_out`` is removed from the data set, ``pseudo_target`` (a source) plays the target, and
-    ``method`` runs with ``option`` at each of ``values`` under the config ``base``. Returns one row per value:
-    {option, final_target_acc, last5_target_acc}."""
-    from ..data.datasets import get_dataset
-    from .federated import run_experiment
+#: The source-data sweep of the hyper-parameters the auto-weighted paper hides (``docs/baselines.md``
+#: § Source-data sweep): method → (option, values tried). Each default sits inside its grid.
+SOURCE_SWEEP_GRID: dict[str, tuple[str, tuple[Any, ...]]] = {
+    "ditto": ("lam", (0.01, 0.1, 1.0, 10.0)),
+    "apfl": ("alpha", (0.25, 0.5, 0.75)),
+    "knn_per": ("k", (1, 3, 5, 10)),
+}
 
+
+def source_sweep(method: str, option: str, values: Any, base: dict[str, Any], *, held_out: Any,
+                 pseudo_target: Any, seeds: Any = (0,), dataset: Any = None, store: Any = None,
+                 experiment: str = "source_sweep") -> list[dict[str, Any]]:
+    """Choose a hidden hyper-parameter on SOURCE data only (``docs/baselines.md`` § Source-data sweep): the real
+    target ``held_out`` is removed from the data set, ``pseudo_target`` (one of the remaining domains) plays the
+    target, and ``method`` runs with ``option`` at each of ``values`` and each seed under the config ``base``
+    (:data:`fda_core.experiments.federated.DEFAULT_CONFIG` keys).
+
+    Every run goes through ``store`` (a :class:`fda_core.common.store.ResultStore` or None) under
+    ``experiment``, keyed by its config plus the held-out domain and tied to the code that ran it, so a re-run
+    only computes what is missing. Every config is validated before the first run.
+
+    Returns the runs' results in the order (value, seed), each with ``"labels"``: {option, value, seed,
+    held_out}; ``result["config"]`` is the resolved config (its ``target`` is the pseudo-target)."""
+    from ..data.datasets import get_dataset
+    from .federated import code_revision_of, make_config, run_experiment, store_key
+    from .methods import get_method
+
+    spec = get_method(method)
+    if option not in spec.options:
+        raise ValueError(f"option must be one of {method}'s options {sorted(spec.options)}, got {option!r}")
+    values, seeds = list(values), list(seeds)
+    if not values:
+        raise ValueError("values must hold at least one value of the option, got none")
+    if not seeds:
+        raise ValueError("seeds must hold at least one seed, got none")
     ds = dataset if dataset is not None else get_dataset(base["dataset"], **base.get("dataset_options", {}))
-    sub = _WithoutEnv(ds, ds.env_index(held_out))
-    rows = []
-    for v in values:
-        res = run_experiment(_dataset=sub, **{**base, "target": pseudo_target, "rule": method,
-                                              "method_options": {option: v}})
-        rows.append({option: v, "final_target_acc": res["final_target_acc"], "last5_target_acc": res["last5_target_acc"]})
-    return rows
+    drop = ds.env_index(held_out)
+    sub = _WithoutEnv(ds, drop)
+    if pseudo_target not in sub.ENVIRONMENTS:
+        raise ValueError(f"pseudo_target must be one of the domains left after holding out {held_out!r}: "
+                         f"{sub.ENVIRONMENTS}, got {pseudo_target!r}")
+    held_name = str(ds.ENVIRONMENTS[drop])
+    configs = [(v, s, make_config(**{**base, "target": pseudo_target, "seed": s, "rule": method,
+                                     "method_options": {**base.get("method_options", {}), option: v}}))
+               for v in values for s in seeds]
+    revision = code_revision_of(configs[0][2]["rule"]) if store is not None else None
+    out = []
+    for v, s, c in configs:
+        def compute(c: dict[str, Any] = c) -> dict[str, Any]:
+            return run_experiment(_dataset=sub, **c)
+
+        res = (store.cached(experiment, {**store_key(c), "held_out": held_name}, compute, revision)
+               if store is not None else compute())
+        out.append({**res, "labels": {"option": option, "value": v, "seed": s, "held_out": held_name}})
+    return out

@@ -22,10 +22,11 @@ from ..common.store import ResultStore
 from ..experiments.federated import run_many, sweep_configs
 from ..experiments.methods import get_method, paper_label
 from ..experiments.paper_numbers import beside_paper, paper_setting, paper_table
+from ..experiments.personalisation import SOURCE_SWEEP_GRID, source_sweep
 from ..experiments.tables import beta_table, results_table, setting_note, summary_table, timings_table
 from ..viz.plotting import plot_accuracy_vs_shift, plot_beta_grid, plot_method_bars, save_figure
 
-__all__ = ["Comparison", "compare_methods", "auto_beta_report", "STATISTICS"]
+__all__ = ["Comparison", "compare_methods", "auto_beta_report", "source_sweep_report", "STATISTICS"]
 
 #: The per-run statistics a comparison can tabulate (columns of
 #: :func:`fda_core.experiments.tables.results_table`), as the CSV notes describe them.
@@ -201,3 +202,54 @@ def auto_beta_report(comparison: Comparison, *, out_dir: str | Path | None = Non
         fig = plot_beta_grid(betas, rows="rule", cols=cols)
         save_figure(fig, Path(out_dir), figure_name, betas, "Auto beta per source per round.\n" + setting_note(auto))
     return betas
+
+
+def source_sweep_report(base: Mapping[str, Any], *, held_out: Any, pseudo_target: Any, seeds: Sequence[int] = (0,),
+                        grid: Mapping[str, tuple[str, Sequence[Any]]] = SOURCE_SWEEP_GRID,
+                        methods: Sequence[str] | None = None,
+                        value: str = "final_acc", store: ResultStore | str | None = None,
+                        experiment: str = "source_sweep", dataset: Any = None, out_dir: str | Path | None = None,
+                        table_name: str | None = None, timings_stem: str | None = None,
+                        quick: bool = False) -> pd.DataFrame:
+    """The source-data sweep of the hidden hyper-parameters (``docs/baselines.md`` § Source-data sweep): for
+    every ``method: (option, values)`` of ``grid``, :func:`fda_core.experiments.personalisation.source_sweep`
+    with ``held_out`` removed and ``pseudo_target`` as the target, under ``base``; with ``methods`` (specs, e.g.
+    a notebook's ``baselines``) only the grid's methods among them.
+
+    Returns one row per (method, value): ``method`` (display label of the default), ``rule``, ``option``,
+    ``value``, ``default`` (whether the value is the method's default), ``acc`` (mean of ``value``, in %, over
+    ``seeds``), ``std`` (over seeds; 0 for one seed), ``best`` (whether ``acc`` is the method's highest,
+    ties included), ``seeds``. With ``out_dir`` and ``table_name`` it is written as ``<table_name>.csv`` with a
+    note generated from the runs' configs."""
+    if value not in STATISTICS:
+        raise ValueError(f"value must be one of {sorted(STATISTICS)}, got {value!r}")
+    if store is not None and not isinstance(store, ResultStore):
+        store = ResultStore(store)
+    if methods is not None:
+        wanted = {get_method(m).name for m in methods}
+        grid = {rule: entry for rule, entry in grid.items() if rule in wanted}
+    rows, results = [], []
+    for rule, (option, values) in grid.items():
+        method = get_method(rule)
+        runs = source_sweep(rule, option, values, dict(base), held_out=held_out, pseudo_target=pseudo_target,
+                            seeds=seeds, dataset=dataset, store=store, experiment=experiment)
+        results += runs
+        per_run = results_table(runs)
+        for v in values:
+            accs = per_run.loc[[r["labels"]["value"] == v for r in runs], value]
+            shown = f"{v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
+            rows.append({"method": method.label, "rule": method.name, "option": option, "value": shown,
+                         "default": v == method.options[option].default, "acc": round(float(accs.mean()), 2),
+                         "std": round(float(accs.std(ddof=1)) if len(accs) > 1 else 0.0, 2), "seeds": len(accs)})
+    table = pd.DataFrame(rows, columns=["method", "rule", "option", "value", "default", "acc", "std", "seeds"])
+    table["best"] = table["acc"] == table.groupby("rule")["acc"].transform("max")
+    held = results[0]["labels"]["held_out"] if results else str(held_out)
+    note = setting_note(results, paper=(
+        f"Source-data sweep (docs/baselines.md): the real target {held} is held out of the data; {pseudo_target} "
+        f"plays the target. acc: {STATISTICS[value]}, mean over the seeds; best: the highest acc of the method "
+        f"(ties included); default: the method's default value of the option."))
+    if out_dir is not None and table_name:
+        write_table(Path(out_dir) / f"{table_name}.csv", table, note)
+    if timings_stem:
+        write_timings(timings_stem, table_name or experiment, timings_table(results), quick=quick)
+    return table
