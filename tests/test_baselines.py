@@ -319,25 +319,68 @@ def test_source_sweep_bad_input_names_the_parameter(kw, word):
         source_sweep("ditto", args.pop("option"), args.pop("values"), BASE, dataset=Blobs(), **args)
 
 
-def test_source_sweep_report_marks_defaults_and_best_and_writes_its_note(tmp_path):
+def test_source_sweep_report_chooses_per_held_out_target_by_hand(tmp_path):
+    """Every other domain plays the target in turn; a value's score is its accuracy averaged over them; the best
+    score wins, the default on a tie. Checked against source_sweep's runs recomputed by hand."""
     grid = {"ditto": ("lam", (0.0, 0.1, math.inf)), "apfl": ("alpha", (0.0, 0.25, 1.0))}
-    table = source_sweep_report(BASE, held_out="e0", pseudo_target="e1", seeds=[0, 1], grid=grid, dataset=Blobs(),
+    sweep = source_sweep_report(BASE, held_out=["e0", "e2"], seeds=[0, 1], grid=grid, dataset=Blobs(),
                                 out_dir=tmp_path, table_name="sweep")
-    assert list(table["value"]) == ["0", "0.1", "inf", "0", "0.25", "1"]
-    assert list(table["default"]) == [False, True, False, False, True, False]
-    assert (table["seeds"] == 2).all()
-    # each row is the mean of its own runs, by hand
-    runs = source_sweep("apfl", "alpha", [1.0], BASE, held_out="e0", pseudo_target="e1", seeds=[0, 1], dataset=Blobs())
-    by_hand = sum(100 * r["final_target_acc"] for r in runs) / 2
-    assert table.loc[5, "acc"] == round(by_hand, 2)
-    for _, rows in table.groupby("rule"):
-        assert list(rows["best"]) == list(rows["acc"] == rows["acc"].max())
-    written = pd.read_csv(tmp_path / "sweep.csv", comment="#")
-    assert list(written["acc"]) == list(table["acc"])
-    note = "\n".join(read_note(tmp_path / "sweep.csv"))
-    assert "the real target e0 is held out" in note and "e1 plays the target" in note and "target=e1" in note
-    only = source_sweep_report(BASE, held_out="e0", pseudo_target="e1", grid=grid, methods=["apfl(alpha=0.5)"],
-                               dataset=Blobs())
-    assert set(only["rule"]) == {"apfl"}
+    assert list(sweep.runs[["held_out", "pseudo_target"]].drop_duplicates().itertuples(index=False, name=None)) == [
+        ("e0", "e1"), ("e0", "e2"), ("e2", "e0"), ("e2", "e1")]
+    assert len(sweep.runs) == 2 * 2 * 6 and (sweep.runs["seeds"] == 2).all()
+    for held in ("e0", "e2"):
+        for rule, (option, values) in grid.items():
+            default = get_method(rule).options[option].default
+            score = {}
+            for v in values:
+                accs = [100 * r["final_target_acc"] for p in ("e0", "e1", "e2") if p != held
+                        for r in source_sweep(rule, option, [v], BASE, held_out=held, pseudo_target=p, seeds=[0, 1],
+                                              dataset=Blobs())]
+                score[v] = sum(accs) / len(accs)
+            best = max(score.values())
+            pick = default if score[default] == best else next(v for v in values if score[v] == best)
+            assert sweep.chosen[held][rule] == {option: pick}, (held, rule, score)
+            rows = sweep.choice[(sweep.choice["held_out"] == held) & (sweep.choice["rule"] == rule)]
+            assert list(rows["score"]) == [round(score[v], 2) for v in values]
+            assert list(rows["chosen"]) == [v == pick for v in values]
+            assert list(rows["default"]) == [v == default for v in values]
+    assert list(sweep.choice["value"][:3]) == ["0", "0.1", "inf"]
+    for name, table in (("sweep", sweep.runs), ("sweep_choice", sweep.choice)):
+        written = pd.read_csv(tmp_path / f"{name}.csv", comment="#")
+        assert len(written) == len(table)
+        note = "\n".join(read_note(tmp_path / f"{name}.csv"))
+        assert "that target is removed from the data" in note and "target in [e1, e2, e0]" in note
+    only = source_sweep_report(BASE, held_out=["e0"], grid=grid, methods=["apfl(alpha=0.5)"], dataset=Blobs())
+    assert set(only.runs["rule"]) == {"apfl"} and set(only.chosen["e0"]) == {"apfl"}
+
+
+def test_source_sweep_report_bad_input():
+    grid = {"apfl": ("alpha", (0.25,))}
     with pytest.raises(ValueError, match="value must be one of"):
-        source_sweep_report(BASE, held_out="e0", pseudo_target="e1", grid=grid, value="auc", dataset=Blobs())
+        source_sweep_report(BASE, held_out=["e0"], grid=grid, value="auc", dataset=Blobs())
+    with pytest.raises(ValueError, match="held_out"):
+        source_sweep_report(BASE, held_out=[], grid=grid, dataset=Blobs())
+
+    class TwoDomains(_BlobsWithout):
+        def __init__(self):
+            super().__init__(2)
+
+    with pytest.raises(ValueError, match="3 or more domains"):
+        source_sweep_report(BASE, held_out=["e0"], grid=grid, dataset=TwoDomains())
+
+
+def test_tuned_options_run_per_target_under_the_methods_label():
+    """compare_methods(tuned=...) / sweep_configs: each target's runs of a method get that target's options; rows
+    keep the spec's label; a bad option or an unknown target is refused before anything runs."""
+    configs, labels = federated.sweep_configs(BASE, ["apfl", "ditto"], targets=["e0", "e1"], seeds=[0],
+                                              tuned={"e0": {"apfl": {"alpha": 0.75}}})
+    alpha = {(c["target"], c["rule"]): c["method_options"].get("alpha") for c in configs}
+    assert alpha[("e0", "apfl")] == 0.75 and alpha[("e1", "apfl")] == get_method("apfl").alpha
+    assert [lab["method"] for lab in labels] == ["APFL", "Ditto"] * 2
+    assert [lab["tuned"] for lab in labels] == ["alpha=0.75", "", "", ""]
+    untuned, plain = federated.sweep_configs(BASE, ["apfl"], targets=["e0"])
+    assert "tuned" not in plain[0] and untuned[0]["method_options"]["alpha"] == 0.25
+    with pytest.raises(ValueError, match="alpha"):
+        federated.sweep_configs(BASE, ["apfl"], targets=["e0"], tuned={"e0": {"apfl": {"alpha": 2.0}}})
+    with pytest.raises(ValueError, match="tuned must be keyed by targets"):
+        federated.sweep_configs(BASE, ["apfl"], targets=["e0"], tuned={"e9": {"apfl": {"alpha": 0.5}}})

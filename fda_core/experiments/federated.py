@@ -150,15 +150,26 @@ def make_config(**config: Any) -> dict[str, Any]:
 
 
 def sweep_configs(base: Mapping[str, Any], methods: Sequence[str], *, targets: Sequence[Any] = (None,),
-                  seeds: Sequence[int] = (0,), variants: Sequence[Mapping[str, Any]] = ({},)
+                  seeds: Sequence[int] = (0,), variants: Sequence[Mapping[str, Any]] = ({},),
+                  tuned: Mapping[Any, Mapping[str, Mapping[str, Any]]] | None = None
                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Configs and labels of a grid: every variant (config overrides, e.g. {"dataset_options":
     {"noise_std": 0.4}}) × target × method × seed (trial). ``methods`` are method specs (``"fedgp"``,
     ``"fedgp(beta=1.0)"``; see :func:`fda_core.experiments.methods.parse_method_spec`). Labels hold the
     method's display label, the seed's trial index and the variant's scalar settings (dataset options
     flattened) for the tables; a variant's ``"labels"`` mapping (e.g. ``{"setting": "paper"}``) only labels
-    its runs and does not enter the config."""
+    its runs and does not enter the config.
+
+    ``tuned`` (per target: canonical method name → options, e.g. the choices of a source-data sweep,
+    ``docs/baselines.md`` § Source-data sweep) overrides those options in that target's runs of that method; the
+    row label stays the spec's, and the label ``"tuned"`` says what was set ("" where nothing was)."""
     resolved = [get_method(m) for m in methods]  # validates every spec before anything runs
+    tuned = {t: {rule: dict(opts) for rule, opts in by_rule.items()} for t, by_rule in (tuned or {}).items()}
+    unknown = [t for t in tuned if t not in targets]
+    if unknown:
+        raise ValueError(f"tuned must be keyed by targets of the sweep {list(targets)}, got {unknown}")
+    options = {(t, i): get_method(m.name, **{**m.option_values, **tuned.get(t, {}).get(m.name, {})})
+               for t in targets for i, m in enumerate(resolved)}  # validates the tuned options too
     configs, labels = [], []
     for variant in variants:
         var = {k: v for k, v in variant.items() if k != "labels"}
@@ -168,11 +179,15 @@ def sweep_configs(base: Mapping[str, Any], methods: Sequence[str], *, targets: S
                 flat.update(v)
         flat.update(variant.get("labels", {}))
         for target in targets:
-            for method in resolved:
+            for i, method in enumerate(resolved):
+                ran = options[(target, i)]
+                tuned_label = {"tuned": ", ".join(f"{k}={v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                 else f"{k}={v}" for k, v in tuned[target][method.name].items())
+                               if method.name in tuned.get(target, {}) else ""} if tuned else {}
                 for trial, seed in enumerate(seeds):
-                    configs.append({**base, **var, "target": target, "seed": seed, "rule": method.name,
-                                    "method_options": method.option_values})
-                    labels.append({"method": method.display_label, "trial": trial, **flat})
+                    configs.append({**base, **var, "target": target, "seed": seed, "rule": ran.name,
+                                    "method_options": ran.option_values})
+                    labels.append({"method": method.display_label, "trial": trial, **tuned_label, **flat})
     return configs, labels
 
 

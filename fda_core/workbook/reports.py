@@ -26,7 +26,7 @@ from ..experiments.personalisation import SOURCE_SWEEP_GRID, source_sweep
 from ..experiments.tables import beta_table, results_table, setting_note, summary_table, timings_table
 from ..viz.plotting import plot_accuracy_vs_shift, plot_beta_grid, plot_method_bars, save_figure
 
-__all__ = ["Comparison", "compare_methods", "auto_beta_report", "source_sweep_report", "STATISTICS"]
+__all__ = ["Comparison", "compare_methods", "auto_beta_report", "SourceSweep", "source_sweep_report", "STATISTICS"]
 
 #: The per-run statistics a comparison can tabulate (columns of
 #: :func:`fda_core.experiments.tables.results_table`), as the CSV notes describe them.
@@ -105,6 +105,7 @@ def compare_methods(
     timings_stem: str | None = None,
     quick: bool = False,
     progress: bool = True,
+    tuned: Mapping[Any, Mapping[str, Mapping[str, Any]]] | None = None,
 ) -> Comparison:
     """Run every (variant × target × method × seed) through the result store and report it.
 
@@ -116,6 +117,8 @@ def compare_methods(
         experiment: the result store's folder for these runs.
         store: a :class:`ResultStore`, a folder, or None (no store).
         targets, seeds, variants: the grid (:func:`fda_core.experiments.federated.sweep_configs`).
+        tuned: per target, canonical method name → options set in that target's runs (e.g.
+            :attr:`SourceSweep.chosen`); rows keep the methods' labels.
         by: the table's rows: ``"method"`` (display labels) or another label column (e.g. ``"rule"``).
         value: the statistic of each run tabulated and plotted: ``"final_acc"`` (target accuracy after the
             last round) or ``"last5_acc"`` (mean over the last 5 rounds, the auto-weighted paper's statistic);
@@ -134,7 +137,7 @@ def compare_methods(
     """
     if value not in STATISTICS:
         raise ValueError(f"value must be one of {sorted(STATISTICS)}, got {value!r}")
-    configs, labels = sweep_configs(base, methods, targets=targets, seeds=seeds, variants=variants)
+    configs, labels = sweep_configs(base, methods, targets=targets, seeds=seeds, variants=variants, tuned=tuned)
     if store is not None and not isinstance(store, ResultStore):
         store = ResultStore(store)
     results = run_many(configs, store=store, experiment=experiment, labels=labels, progress=progress)
@@ -204,52 +207,107 @@ def auto_beta_report(comparison: Comparison, *, out_dir: str | Path | None = Non
     return betas
 
 
-def source_sweep_report(base: Mapping[str, Any], *, held_out: Any, pseudo_target: Any, seeds: Sequence[int] = (0,),
-                        grid: Mapping[str, tuple[str, Sequence[Any]]] = SOURCE_SWEEP_GRID,
-                        methods: Sequence[str] | None = None,
-                        value: str = "final_acc", store: ResultStore | str | None = None,
-                        experiment: str = "source_sweep", dataset: Any = None, out_dir: str | Path | None = None,
-                        table_name: str | None = None, timings_stem: str | None = None,
-                        quick: bool = False) -> pd.DataFrame:
-    """The source-data sweep of the hidden hyper-parameters (``docs/baselines.md`` § Source-data sweep): for
-    every ``method: (option, values)`` of ``grid``, :func:`fda_core.experiments.personalisation.source_sweep`
-    with ``held_out`` removed and ``pseudo_target`` as the target, under ``base``; with ``methods`` (specs, e.g.
-    a notebook's ``baselines``) only the grid's methods among them.
+@dataclass
+class SourceSweep:
+    """The outcome of :func:`source_sweep_report`.
 
-    Returns one row per (method, value): ``method`` (display label of the default), ``rule``, ``option``,
-    ``value``, ``default`` (whether the value is the method's default), ``acc`` (mean of ``value``, in %, over
-    ``seeds``), ``std`` (over seeds; 0 for one seed), ``best`` (whether ``acc`` is the method's highest,
-    ties included), ``seeds``. With ``out_dir`` and ``table_name`` it is written as ``<table_name>.csv`` with a
-    note generated from the runs' configs."""
+    Attributes:
+        runs: one row per (held-out target, pseudo-target, method, value): ``acc`` (mean over seeds, %),
+            ``std`` (over seeds; 0 for one seed), ``seeds``.
+        choice: one row per (held-out target, method, value): ``score`` (the mean of ``acc`` over the
+            pseudo-targets), ``default``, ``chosen``.
+        chosen: held-out target → canonical method name → {option: chosen value}, for
+            ``compare_methods(tuned=...)``.
+        note: the setting note of the CSVs (generated from the runs' configs).
+        results: the runs (``run_experiment`` dicts with their ``labels``).
+    """
+
+    runs: pd.DataFrame
+    choice: pd.DataFrame
+    chosen: dict[Any, dict[str, dict[str, Any]]]
+    note: str
+    results: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _shown(v: Any) -> str:
+    return f"{v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
+
+
+def source_sweep_report(base: Mapping[str, Any], *, held_out: Sequence[Any], seeds: Sequence[int] = (0,),
+                        grid: Mapping[str, tuple[str, Sequence[Any]]] = SOURCE_SWEEP_GRID,
+                        methods: Sequence[str] | None = None, value: str = "final_acc",
+                        store: ResultStore | str | None = None, experiment: str = "source_sweep",
+                        dataset: Any = None, out_dir: str | Path | None = None, table_name: str | None = None,
+                        timings_stem: str | None = None, quick: bool = False) -> SourceSweep:
+    """Choose the baselines' hidden options on source data only, per held-out target (``docs/baselines.md``
+    § Source-data sweep).
+
+    For every target ``T`` of ``held_out``, ``T`` is removed from the data; every other domain in turn plays the
+    target, the rest its sources, and every ``method: (option, values)`` of ``grid`` runs at each value and seed
+    (:func:`fda_core.experiments.personalisation.source_sweep`, under ``base``). A value's score for ``T`` is its
+    accuracy (``value``, in %, mean over ``seeds``) averaged over the pseudo-targets; the chosen value is the best
+    score, the method's default where it ties for best (else the first best in grid order). ``methods``
+    (specs, e.g. a notebook's ``baselines``) keeps only the grid's methods among them.
+
+    With ``out_dir`` and ``table_name`` writes ``<table_name>.csv`` (:attr:`SourceSweep.runs`) and
+    ``<table_name>_choice.csv`` (:attr:`SourceSweep.choice`), each with a note generated from the runs."""
+    from ..data.datasets import get_dataset
+
     if value not in STATISTICS:
         raise ValueError(f"value must be one of {sorted(STATISTICS)}, got {value!r}")
+    held_out = list(held_out)
+    if not held_out:
+        raise ValueError("held_out must name at least one target, got none")
     if store is not None and not isinstance(store, ResultStore):
         store = ResultStore(store)
     if methods is not None:
         wanted = {get_method(m).name for m in methods}
         grid = {rule: entry for rule, entry in grid.items() if rule in wanted}
-    rows, results = [], []
-    for rule, (option, values) in grid.items():
-        method = get_method(rule)
-        runs = source_sweep(rule, option, values, dict(base), held_out=held_out, pseudo_target=pseudo_target,
-                            seeds=seeds, dataset=dataset, store=store, experiment=experiment)
-        results += runs
-        per_run = results_table(runs)
-        for v in values:
-            accs = per_run.loc[[r["labels"]["value"] == v for r in runs], value]
-            shown = f"{v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
-            rows.append({"method": method.label, "rule": method.name, "option": option, "value": shown,
-                         "default": v == method.options[option].default, "acc": round(float(accs.mean()), 2),
-                         "std": round(float(accs.std(ddof=1)) if len(accs) > 1 else 0.0, 2), "seeds": len(accs)})
-    table = pd.DataFrame(rows, columns=["method", "rule", "option", "value", "default", "acc", "std", "seeds"])
-    table["best"] = table["acc"] == table.groupby("rule")["acc"].transform("max")
-    held = results[0]["labels"]["held_out"] if results else str(held_out)
+    ds = dataset if dataset is not None else get_dataset(base["dataset"], **base.get("dataset_options", {}))
+    if len(ds.ENVIRONMENTS) < 3:
+        raise ValueError(f"the source-data sweep needs 3 or more domains (a held-out target, a pseudo-target and a "
+                         f"source), got {list(ds.ENVIRONMENTS)}")
+    rows, choice, chosen, results = [], [], {}, []
+    for target in held_out:
+        pseudo_targets = [e for i, e in enumerate(ds.ENVIRONMENTS) if i != ds.env_index(target)]
+        chosen[target] = {}
+        for rule, (option, values) in grid.items():
+            method = get_method(rule)
+            default = method.options[option].default
+            scores = {v: [] for v in values}
+            for pseudo in pseudo_targets:
+                runs = source_sweep(rule, option, values, dict(base), held_out=target, pseudo_target=pseudo,
+                                    seeds=seeds, dataset=ds, store=store, experiment=experiment)
+                results += runs
+                per_run = results_table(runs)
+                for v in values:
+                    accs = per_run.loc[[r["labels"]["value"] == v for r in runs], value]
+                    scores[v].append(float(accs.mean()))
+                    rows.append({"held_out": str(target), "pseudo_target": str(pseudo), "method": method.label,
+                                 "rule": rule, "option": option, "value": _shown(v), "default": v == default,
+                                 "acc": round(float(accs.mean()), 2),
+                                 "std": round(float(accs.std(ddof=1)) if len(accs) > 1 else 0.0, 2),
+                                 "seeds": len(accs)})
+            mean = {v: sum(sc) / len(sc) for v, sc in scores.items()}
+            best = max(mean.values())
+            pick = default if default in mean and mean[default] == best else next(v for v in values if mean[v] == best)
+            chosen[target][rule] = {option: pick}
+            choice += [{"held_out": str(target), "method": method.label, "rule": rule, "option": option,
+                        "value": _shown(v), "default": v == default, "score": round(mean[v], 2), "chosen": v == pick}
+                       for v in values]
+    runs_table = pd.DataFrame(rows, columns=["held_out", "pseudo_target", "method", "rule", "option", "value",
+                                             "default", "acc", "std", "seeds"])
+    choice_table = pd.DataFrame(choice, columns=["held_out", "method", "rule", "option", "value", "default", "score",
+                                                 "chosen"])
     note = setting_note(results, paper=(
-        f"Source-data sweep (docs/baselines.md): the real target {held} is held out of the data; {pseudo_target} "
-        f"plays the target. acc: {STATISTICS[value]}, mean over the seeds; best: the highest acc of the method "
-        f"(ties included); default: the method's default value of the option."))
+        "Source-data sweep (docs/baselines.md): for each held-out target, that target is removed from the data and "
+        "every other domain in turn plays the target (target = the pseudo-target below). acc: "
+        f"{STATISTICS[value]}, mean over the seeds; score: acc averaged over the pseudo-targets; chosen: the best "
+        "score, the method's default where it ties for best."))
+    sweep = SourceSweep(runs_table, choice_table, chosen, note, results)
     if out_dir is not None and table_name:
-        write_table(Path(out_dir) / f"{table_name}.csv", table, note)
+        write_table(Path(out_dir) / f"{table_name}.csv", runs_table, note)
+        write_table(Path(out_dir) / f"{table_name}_choice.csv", choice_table, note)
     if timings_stem:
         write_timings(timings_stem, table_name or experiment, timings_table(results), quick=quick)
-    return table
+    return sweep
