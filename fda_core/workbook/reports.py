@@ -301,7 +301,7 @@ def source_sweep_report(base: Mapping[str, Any], *, held_out: Sequence[Any], see
                                                  "chosen"])
     note = setting_note(results, paper=(
         "Source-data sweep (docs/baselines.md): for each held-out target, that target is removed from the data and "
-        "every other domain in turn plays the target (target = the pseudo-target below). acc: "
+        "every other domain in turn plays the target (the config's target is that pseudo-target). acc: "
         f"{STATISTICS[value]}, mean over the seeds; score: acc averaged over the pseudo-targets; chosen: the best "
         "score, the method's default where it ties for best."))
     sweep = SourceSweep(runs_table, choice_table, chosen, note, results)
