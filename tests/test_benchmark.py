@@ -8,8 +8,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("bench_aggregation", ROOT / "benchmarks" / "aggregation.py")
+def _load(script: str = "aggregation", name: str | None = None):
+    """benchmarks/<script>.py loaded as a fresh module (scripts keep module-level settings)."""
+    spec = importlib.util.spec_from_file_location(name or f"bench_{script}", ROOT / "benchmarks" / f"{script}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -36,9 +37,7 @@ def test_benchmark_runs_and_reports_ratios():
 
 def test_federated_benchmark_smoke():
     """benchmarks/federated.py --quick runs the three implementations of the round loop and reports a ratio."""
-    spec = importlib.util.spec_from_file_location("bench_federated", ROOT / "benchmarks" / "federated.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _load("federated")
     out = mod.main(["--quick", "--device", "cpu"])
     (res,) = out["results"]
     assert set(res["seconds_per_round"]) == {"library", "library batched", "plain loop"}
@@ -49,9 +48,7 @@ def test_federated_benchmark_smoke():
 @pytest.mark.timeout(600)
 def test_federated_benchmark_compiled_smoke():
     """benchmarks/federated.py --compiled --quick times eager against compiled batched clients per round in a run."""
-    spec = importlib.util.spec_from_file_location("bench_federated_compiled", ROOT / "benchmarks" / "federated.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _load("federated", "bench_federated_compiled")
     (res,) = mod.main(["--quick", "--device", "cpu", "--compiled"])["results"]
     assert set(res["seconds_per_round"]) == {"batched (eager)", "batched (compiled)"}
     assert all(v > 0 for v in res["seconds_per_round"].values()) and res["ratio_eager_over_compiled"] > 0
@@ -62,9 +59,7 @@ def test_aggregation_regression_script_compares_two_revisions_in_one_process():
     on tiny shapes (the segments form is checked bit for bit against the loaded version's dict form)."""
     import pytest
 
-    spec = importlib.util.spec_from_file_location("bench_regression", ROOT / "benchmarks" / "aggregation_regression.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _load("aggregation_regression", "bench_regression")
     old = mod.load_revision("HEAD")
     assert old.fedgp is not mod.current.fedgp
     med = mod.measure(old, 3, 2, shapes=[(8, 3, 3, 3), (8,), (10, 8)])
@@ -74,19 +69,12 @@ def test_aggregation_regression_script_compares_two_revisions_in_one_process():
         mod.load_revision("no-such-revision")
 
 
-def _load_baselines():
-    spec = importlib.util.spec_from_file_location("bench_baselines", ROOT / "benchmarks" / "baselines.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_baselines_benchmark_times_the_notebooks_default_settings():
     """benchmarks/baselines.py's settings are notebooks 04's and 07's defaults (their parameters cells), so
     docs/baselines.md § Cost times what the notebooks run."""
     from fda_core.workbook.parameters import default_values
 
-    bench = _load_baselines()
+    bench = _load("baselines")
     nb04 = default_values(ROOT / "notebooks" / "04_real_data.ipynb")
     for key in ("rounds", "warmup_rounds", "lr_decay", "model", "source_lr", "target_lr", "target_local_epochs",
                 "target_batch_size", "n_target_labeled"):
@@ -100,7 +88,7 @@ def test_baselines_benchmark_times_the_notebooks_default_settings():
 
 def test_baselines_benchmark_smoke(tmp_path):
     """benchmarks/baselines.py --quick runs every baseline once and reports its ratio to Source only."""
-    out = _load_baselines().main(["--quick", "--settings", "07", "--json", str(tmp_path / "b.json")])
+    out = _load("baselines").main(["--quick", "--settings", "07", "--json", str(tmp_path / "b.json")])
     assert set(out) == {"07 DigitConditions", "07 SUPPORT2"}
     for medians in out.values():
         assert set(medians) == {"source_only", "fada", "kd3a"}

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["results_table", "summary_table", "beta_table", "timings_table", "setting_note"]
+__all__ = ["results_table", "summary_table", "beta_table", "timings_table", "setting_note", "format_value"]
 
 
 def results_table(results: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
@@ -82,11 +82,12 @@ def timings_table(results: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
                          for res in results])
 
 
-def _fmt(value: Any) -> str:
+def format_value(value: Any) -> str:
+    """A config value as the CSV notes print it: floats with ``:g``, mappings sorted by key, the rest ``str``."""
     if isinstance(value, float):
         return f"{value:g}"
     if isinstance(value, Mapping):  # sorted: a run read back from the store (JSON, sorted keys) reads the same
-        return "{" + ", ".join(f"{k}: {_fmt(v)}" for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))) + "}"
+        return "{" + ", ".join(f"{k}: {format_value(v)}" for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))) + "}"
     return str(value)
 
 
@@ -105,11 +106,11 @@ def setting_note(results: Sequence[Mapping[str, Any]], *, paper: str = "") -> st
     keys = sorted({k for c in configs for k in c if k not in (*EXECUTION_KEYS, "rule", "method_options")})
     same, varying = [], []
     for k in keys:
-        values = [_fmt(c.get(k)) for c in configs]
+        values = [format_value(c.get(k)) for c in configs]
         distinct = list(dict.fromkeys(values))
         (same if len(distinct) == 1 else varying).append((k, distinct))
     methods = list(dict.fromkeys(f"{r.get('method', r['config']['rule'])} = {r['config']['rule']}"
-                                 f"{_fmt(r['config']['method_options']) if r['config']['method_options'] else ''}"
+                                 f"{format_value(r['config']['method_options']) if r['config']['method_options'] else ''}"
                                  for r in results))
     lines = [f"{len(results)} runs of the federated loop (fda_core.experiments.federated), config as resolved:",
              "same for every run: " + ", ".join(f"{k}={v[0]}" for k, v in same)]

@@ -23,7 +23,8 @@ from ..experiments.federated import run_many, sweep_configs
 from ..experiments.methods import get_method, paper_label
 from ..experiments.paper_numbers import beside_paper, paper_setting, paper_table
 from ..experiments.personalisation import SOURCE_SWEEP_GRID, source_sweep
-from ..experiments.tables import beta_table, results_table, setting_note, summary_table, timings_table
+from ..experiments.tables import (beta_table, format_value, results_table, setting_note, summary_table,
+                                  timings_table)
 from ..viz.plotting import plot_accuracy_vs_shift, plot_beta_grid, plot_method_bars, save_figure
 
 __all__ = ["Comparison", "compare_methods", "auto_beta_report", "SourceSweep", "source_sweep_report", "STATISTICS"]
@@ -229,10 +230,6 @@ class SourceSweep:
     results: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _shown(v: Any) -> str:
-    return f"{v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
-
-
 def source_sweep_report(base: Mapping[str, Any], *, held_out: Sequence[Any], seeds: Sequence[int] = (0,),
                         grid: Mapping[str, tuple[str, Sequence[Any]]] = SOURCE_SWEEP_GRID,
                         methods: Sequence[str] | None = None, value: str = "final_acc",
@@ -284,7 +281,7 @@ def source_sweep_report(base: Mapping[str, Any], *, held_out: Sequence[Any], see
                     accs = per_run.loc[[r["labels"]["value"] == v for r in runs], value]
                     scores[v].append(float(accs.mean()))
                     rows.append({"held_out": str(target), "pseudo_target": str(pseudo), "method": method.label,
-                                 "rule": rule, "option": option, "value": _shown(v), "default": v == default,
+                                 "rule": rule, "option": option, "value": format_value(v), "default": v == default,
                                  "acc": round(float(accs.mean()), 2),
                                  "std": round(float(accs.std(ddof=1)) if len(accs) > 1 else 0.0, 2),
                                  "seeds": len(accs)})
@@ -293,7 +290,7 @@ def source_sweep_report(base: Mapping[str, Any], *, held_out: Sequence[Any], see
             pick = default if default in mean and mean[default] == best else next(v for v in values if mean[v] == best)
             chosen[target][rule] = {option: pick}
             choice += [{"held_out": str(target), "method": method.label, "rule": rule, "option": option,
-                        "value": _shown(v), "default": v == default, "score": round(mean[v], 2), "chosen": v == pick}
+                        "value": format_value(v), "default": v == default, "score": round(mean[v], 2), "chosen": v == pick}
                        for v in values]
     runs_table = pd.DataFrame(rows, columns=["held_out", "pseudo_target", "method", "rule", "option", "value",
                                              "default", "acc", "std", "seeds"])
