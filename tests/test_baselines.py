@@ -46,7 +46,7 @@ def test_registered_once_with_labels():
 # --- Ditto ---------------------------------------------------------------------------------------
 def test_ditto_lambda_zero_is_target_only():
     ditto = run(rule="ditto", method_options={"lam": 0.0})
-    target_only = run(rule="target_only")
+    target_only = run(rule="target_only(warmup=True)")  # the personal model starts after the same warm-up
     assert accs(ditto) == accs(target_only)
 
 
@@ -98,7 +98,7 @@ def test_ditto_prox_step_by_hand():
 # --- APFL ----------------------------------------------------------------------------------------
 def test_apfl_alpha_zero_is_fedavg_and_one_is_local():
     assert accs(run(rule="apfl", method_options={"alpha": 0.0})) == accs(run(rule="source_only"))
-    assert accs(run(rule="apfl", method_options={"alpha": 1.0})) == accs(run(rule="target_only"))
+    assert accs(run(rule="apfl", method_options={"alpha": 1.0})) == accs(run(rule="target_only(warmup=True)"))
 
 
 def test_apfl_mixture_step_equals_step_on_v():
@@ -294,7 +294,7 @@ def test_source_sweep_values_reach_the_method():
     lam0, laminf = source_sweep("ditto", "lam", [0.0, math.inf], BASE, held_out="e2", pseudo_target="e0",
                                 dataset=Blobs())
     data = _BlobsWithout(2)
-    assert accs(lam0) == accs(run_experiment(_dataset=data, **{**BASE, "rule": "target_only"}))
+    assert accs(lam0) == accs(run_experiment(_dataset=data, **{**BASE, "rule": "target_only(warmup=True)"}))
     assert accs(laminf) == accs(run_experiment(_dataset=data, **{**BASE, "rule": "source_only"}))
 
 

@@ -128,15 +128,71 @@ def test_learning_happens():
 
 
 def test_rule_equivalences_inside_the_loop():
-    """β = 0 makes FedDA and FedGP the target-only update (same seeds, same numbers); FedGP via the
-    registered 'fedgp_cosine' rule equals rule='fedgp' with projection='cosine'."""
-    t = run(rule="target_only")
+    """β = 0 makes FedDA and FedGP the target-only update after the same warm-up (same seeds, same numbers);
+    FedGP via the registered 'fedgp_cosine' rule equals rule='fedgp' with projection='cosine'."""
+    t = run(rule="target_only(warmup=True)")
     for rule in ("fedda", "fedgp"):
         r = run(rule=rule, beta=0.0)
         assert [h["target_acc"] for h in r["history"]] == [h["target_acc"] for h in t["history"]]
     a = run(rule="fedgp_cosine", beta=0.7)
     b = run(rule="fedgp", projection="cosine", beta=0.7)
     assert [h["target_acc"] for h in a["history"]] == [h["target_acc"] for h in b["history"]]
+
+
+def test_target_only_trains_from_the_initial_weights_without_warmup_or_decay():
+    """The default Target only is the reference code's: the warm-up rounds and the decay do not apply to it,
+    so a run with 2 warm-up rounds and lr × 0.1 equals one without warm-up, round for round; with
+    ``warmup=True`` and no warm-up rounds it is the same run too (the option only adds the warm-up)."""
+    plain = run(rule="target_only", warmup_rounds=2, lr_decay=0.1)
+    assert [h["phase"] for h in plain["history"]] == ["fda"] * len(plain["history"])
+    lr_t = plain["config"]["target_lr"]
+    assert {h["lr_target"] for h in plain["history"]} == {lr_t}
+    for other in (run(rule="target_only", warmup_rounds=0, lr_decay=0.1),
+                  run(rule="target_only(warmup=True)", warmup_rounds=0)):
+        assert [h["target_acc"] for h in other["history"]] == [h["target_acc"] for h in plain["history"]]
+    warm = run(rule="target_only(warmup=True)", warmup_rounds=2, lr_decay=0.1)
+    assert [h["phase"] for h in warm["history"]][:3] == ["warmup", "warmup", "fda"]
+    assert warm["history"][2]["lr_target"] == pytest.approx(0.1 * lr_t)
+    assert warm["method"] == "Target only (after warm-up)" and plain["method"] == "Target only"
+    assert [h["target_acc"] for h in warm["history"]] != [h["target_acc"] for h in plain["history"]]
+
+
+def test_per_method_config_keys_reach_only_their_methods_runs():
+    """``per_method`` sets config keys in one method's runs (over the base, under a variant); names of methods
+    not in the grid are ignored; keys that are not config keys, or that name the run, are refused by name."""
+    budgets = {"target_only": {"warmup_rounds": 0, "target_batch_size": 16}, "fedgp_auto": {"lr_decay": 0.5}}
+    configs, labels = federated.sweep_configs(BASE, ["fedgp", "target_only"], seeds=[0, 1], per_method=budgets,
+                                              variants=[{}, {"target_batch_size": 3}])
+    by = [(lab["method"], cfg["warmup_rounds"], cfg["target_batch_size"]) for cfg, lab in zip(configs, labels)]
+    assert by == [("FedGP", 1, 6)] * 2 + [("Target only", 0, 16)] * 2 + [("FedGP", 1, 3)] * 2 + \
+        [("Target only", 0, 3)] * 2
+    assert all("lr_decay" not in c for c in configs)  # fedgp_auto's keys reach no other method's runs
+    for bad in ({"fedgp": {"rounds": 3, "learning_rate": 0.1}}, {"fedgp": {"rule": "fedda"}},
+                {"fedgp": {"seed": 3}}):
+        with pytest.raises(ValueError, match=r"per_method\['fedgp'\].*config keys"):
+            federated.sweep_configs(BASE, ["fedgp"], per_method=bad)
+
+
+def test_reference_budgets_are_the_scripts_settings():
+    """The reference scripts' per-row budgets (auto-weighted paper's code): the auto rules decay both learning
+    rates × 0.1 and use their data set's target batch; every other row keeps them and uses batches of 16;
+    Target only runs 50 rounds without warm-up, the rows with a warm-up 2 + 50."""
+    from fda_core.experiments.paper_numbers import reference_budgets
+
+    for name, auto_batch in (("ColoredMNIST", 1), ("VLCS", 4), ("TerraIncognita", 8)):
+        b = reference_budgets(name)
+        assert {b[r]["lr_decay"] for r in ("fedda_auto", "fedgp_auto")} == {0.1}
+        assert {b[r]["target_batch_size"] for r in ("fedda_auto", "fedgp_auto")} == {auto_batch}
+        rest = [r for r in b if not r.endswith("_auto")]
+        assert {b[r]["lr_decay"] for r in rest} == {1.0} and {b[r]["target_batch_size"] for r in rest} == {16}
+        assert (b["target_only"]["rounds"], b["target_only"]["warmup_rounds"]) == (50, 0)
+        assert {(b[r]["rounds"], b[r]["warmup_rounds"]) for r in b if r != "target_only"} == {(52, 2)}
+        configs, _ = federated.sweep_configs(BASE, list(b), per_method=b)  # every key is a config key
+        assert len(configs) == len(b)
+    b["fedgp"]["rounds"] = 1  # a copy: the table itself is unchanged
+    assert reference_budgets("TerraIncognita")["fedgp"]["rounds"] == 52
+    with pytest.raises(KeyError, match="known"):
+        reference_budgets("PACS")
 
 
 class _Spy(FedDA):

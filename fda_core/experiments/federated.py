@@ -151,7 +151,8 @@ def make_config(**config: Any) -> dict[str, Any]:
 
 def sweep_configs(base: Mapping[str, Any], methods: Sequence[str], *, targets: Sequence[Any] = (None,),
                   seeds: Sequence[int] = (0,), variants: Sequence[Mapping[str, Any]] = ({},),
-                  tuned: Mapping[Any, Mapping[str, Mapping[str, Any]]] | None = None
+                  tuned: Mapping[Any, Mapping[str, Mapping[str, Any]]] | None = None,
+                  per_method: Mapping[str, Mapping[str, Any]] | None = None
                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Configs and labels of a grid: every variant (config overrides, e.g. {"dataset_options":
     {"noise_std": 0.4}}) × target × method × seed (trial). ``methods`` are method specs (``"fedgp"``,
@@ -162,8 +163,18 @@ def sweep_configs(base: Mapping[str, Any], methods: Sequence[str], *, targets: S
 
     ``tuned`` (per target: canonical method name → options, e.g. the choices of a source-data sweep,
     ``docs/baselines.md`` § Source-data sweep) overrides those options in that target's runs of that method; the
-    row label stays the spec's, and the label ``"tuned"`` says what was set ("" where nothing was)."""
+    row label stays the spec's, and the label ``"tuned"`` says what was set ("" where nothing was).
+
+    ``per_method`` (canonical method name → config keys, e.g. the reference scripts' per-row budgets,
+    :func:`fda_core.experiments.paper_numbers.reference_budgets`) sets config keys in every run of that method,
+    over ``base`` and under a variant's; names of methods not in the grid are ignored."""
     resolved = [get_method(m) for m in methods]  # validates every spec before anything runs
+    per_method = {rule: dict(keys) for rule, keys in (per_method or {}).items()}
+    for rule, keys in per_method.items():
+        allowed = set(DEFAULT_CONFIG) - {"rule", "method_options", "target", "seed"}
+        if not set(keys) <= allowed:
+            raise ValueError(f"per_method[{rule!r}] may set the config keys {sorted(allowed)}; "
+                             f"got {sorted(set(keys) - allowed)}")
     tuned = {t: {rule: dict(opts) for rule, opts in by_rule.items()} for t, by_rule in (tuned or {}).items()}
     unknown = [t for t in tuned if t not in targets]
     if unknown:
@@ -185,7 +196,8 @@ def sweep_configs(base: Mapping[str, Any], methods: Sequence[str], *, targets: S
                                                  else f"{k}={v}" for k, v in tuned[target][method.name].items())
                                if method.name in tuned.get(target, {}) else ""} if tuned else {}
                 for trial, seed in enumerate(seeds):
-                    configs.append({**base, **var, "target": target, "seed": seed, "rule": ran.name,
+                    configs.append({**base, **per_method.get(method.name, {}), **var, "target": target, "seed": seed,
+                                    "rule": ran.name,
                                     "method_options": ran.option_values})
                     labels.append({"method": method.display_label, "trial": trial, **tuned_label, **flat})
     return configs, labels

@@ -411,13 +411,17 @@ class FDAMethod(Method):
 
     uses_sources: ClassVar[bool] = True
 
+    def _warming(self, rnd: RoundInfo) -> bool:
+        """Whether this round is one of the FedAvg warm-up rounds for this method."""
+        return rnd.warmup
+
     def configure_round(self, rnd: RoundInfo) -> RoundPlan:
-        if rnd.warmup:
+        if self._warming(rnd):
             return RoundPlan("warmup", sources=True)
         return RoundPlan("fda", sources=self.uses_sources, target=TargetTraining(parts=self.estimates_beta))
 
     def aggregate(self, rnd: RoundInfo, res: RoundResults, theta: Tensor) -> ServerResult:
-        if rnd.warmup:
+        if self._warming(rnd):
             return _fedavg(res, theta)
         beta = self.combine(rnd, res, res.scratch)
         theta.add_(res.scratch)
@@ -429,19 +433,34 @@ class FDAMethod(Method):
 
 
 class TargetOnly(FDAMethod):
-    """Target only: after the shared warm-up, the target's own update (β = 0); the sources stop training."""
+    """Target only (β = 0): the target trains alone on its labelled samples and the sources never train.
+
+    By default it trains from the run's initial weights in every round, the warm-up rounds included, at the
+    undecayed target learning rate: the reference code's Target only (the auto-weighted FDA paper's scripts
+    run it with ``proj_w=0``, which skips the FedAvg warm-up, and without a learning-rate decay;
+    ``docs/reproduction.md`` § Reference-exact options, row 8). ``warmup=True``: first the run's shared FedAvg
+    warm-up rounds, then the target alone at the decayed learning rate, as every FDA row (the workbook's
+    former Target only). Option ``epochs``: target epochs per round (None: ``target_local_epochs``)."""
 
     name, label = "target_only", "Target only"
     uses_sources = False
     needs_sources = False
     gradient_rule = "target_only"
     options = {"epochs": Option(None, _check_optional_epochs, lambda v: f"{v} epochs/round",
-                                "target epochs per round (None: target_local_epochs)")}
+                                "target epochs per round (None: target_local_epochs)"),
+               "warmup": Option(False, _check_bool, lambda v: "after warm-up",
+                                "False: from the initial weights, no warm-up, no lr decay (the reference code); "
+                                "True: after the run's FedAvg warm-up rounds, lr decayed after them")}
+
+    def _warming(self, rnd: RoundInfo) -> bool:
+        return self.warmup and rnd.warmup
 
     def configure_round(self, rnd: RoundInfo) -> RoundPlan:
-        if rnd.warmup or not self.epochs:
+        if self._warming(rnd):
             return super().configure_round(rnd)
-        return RoundPlan("fda", sources=False, target=TargetTraining(epochs=self.epochs))
+        # without the warm-up there is no decay either (the engine decays only after warm-up rounds)
+        lr = None if self.warmup else rnd.config["target_lr"]
+        return RoundPlan("fda", sources=False, target=TargetTraining(epochs=self.epochs or None, lr=lr))
 
     def combine(self, rnd, res, out):
         out.copy_(res.target_update)

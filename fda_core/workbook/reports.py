@@ -107,6 +107,7 @@ def compare_methods(
     quick: bool = False,
     progress: bool = True,
     tuned: Mapping[Any, Mapping[str, Mapping[str, Any]]] | None = None,
+    per_method: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Comparison:
     """Run every (variant × target × method × seed) through the result store and report it.
 
@@ -120,6 +121,8 @@ def compare_methods(
         targets, seeds, variants: the grid (:func:`fda_core.experiments.federated.sweep_configs`).
         tuned: per target, canonical method name → options set in that target's runs (e.g.
             :attr:`SourceSweep.chosen`); rows keep the methods' labels.
+        per_method: canonical method name → config keys set in that method's runs (e.g. the reference
+            scripts' per-row budgets, :func:`fda_core.experiments.paper_numbers.reference_budgets`).
         by: the table's rows: ``"method"`` (display labels) or another label column (e.g. ``"rule"``).
         value: the statistic of each run tabulated and plotted: ``"final_acc"`` (target accuracy after the
             last round) or ``"last5_acc"`` (mean over the last 5 rounds, the auto-weighted paper's statistic);
@@ -138,7 +141,8 @@ def compare_methods(
     """
     if value not in STATISTICS:
         raise ValueError(f"value must be one of {sorted(STATISTICS)}, got {value!r}")
-    configs, labels = sweep_configs(base, methods, targets=targets, seeds=seeds, variants=variants, tuned=tuned)
+    configs, labels = sweep_configs(base, methods, targets=targets, seeds=seeds, variants=variants, tuned=tuned,
+                                    per_method=per_method)
     if store is not None and not isinstance(store, ResultStore):
         store = ResultStore(store)
     results = run_many(configs, store=store, experiment=experiment, labels=labels, progress=progress)
