@@ -167,6 +167,12 @@ def test_per_method_config_keys_reach_only_their_methods_runs():
     assert by == [("FedGP", 1, 6)] * 2 + [("Target only", 0, 16)] * 2 + [("FedGP", 1, 3)] * 2 + \
         [("Target only", 0, 3)] * 2
     assert all("lr_decay" not in c for c in configs)  # fedgp_auto's keys reach no other method's runs
+    # a display label keys one variant of a method and wins over the canonical name
+    configs, labels = federated.sweep_configs(
+        BASE, ["target_only", "target_only(warmup=True)"],
+        per_method={**budgets, "Target only (after warm-up)": {"warmup_rounds": 2}})
+    assert [(lab["method"], cfg["warmup_rounds"]) for cfg, lab in zip(configs, labels)] == \
+        [("Target only", 0), ("Target only (after warm-up)", 2)]
     for bad in ({"fedgp": {"rounds": 3, "learning_rate": 0.1}}, {"fedgp": {"rule": "fedda"}},
                 {"fedgp": {"seed": 3}}):
         with pytest.raises(ValueError, match=r"per_method\['fedgp'\].*config keys"):

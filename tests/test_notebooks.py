@@ -191,6 +191,14 @@ def test_real_data_notebook_numbers(out_root):
         assert runs.loc[row["method"], "tuned"] == f"{row['option']}={float(row['value']):g}", row["method"]
     betas = _read(figures / "coloredmnist_auto_beta.csv")
     assert len(betas) > 0 and betas["beta"].between(0, 1).all()
+    # the reference scripts' per-row budgets: Target only both ways, only the reference one beside the paper's row
+    check = _read(figures / "reference_budget_check.csv").set_index("method")
+    assert list(check.index) == ["Source only", "Target only", "Target only (after warm-up)", "FedGP (cosine)",
+                                 "FedGP_Auto (cosine)"]
+    assert check.loc["Target only", "paper -90%"] == 87.05 and check.loc["Target only (after warm-up)"].isna().any()
+    varies = next(line for line in read_note(figures / "reference_budget_check.csv") if line.startswith("varies"))
+    for key in ("lr_decay", "target_batch_size", "warmup_rounds"):
+        assert key in varies, key
 
 
 def test_semi_synthetic_notebook_numbers(out_root):

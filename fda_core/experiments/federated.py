@@ -167,7 +167,8 @@ def sweep_configs(base: Mapping[str, Any], methods: Sequence[str], *, targets: S
 
     ``per_method`` (canonical method name → config keys, e.g. the reference scripts' per-row budgets,
     :func:`fda_core.experiments.paper_numbers.reference_budgets`) sets config keys in every run of that method,
-    over ``base`` and under a variant's; names of methods not in the grid are ignored."""
+    over ``base`` and under a variant's; a display label (``"Target only (after warm-up)"``) keys that variant of
+    a method alone and wins over its canonical name; keys naming no method of the grid are ignored."""
     resolved = [get_method(m) for m in methods]  # validates every spec before anything runs
     per_method = {rule: dict(keys) for rule, keys in (per_method or {}).items()}
     for rule, keys in per_method.items():
@@ -196,8 +197,8 @@ def sweep_configs(base: Mapping[str, Any], methods: Sequence[str], *, targets: S
                                                  else f"{k}={v}" for k, v in tuned[target][method.name].items())
                                if method.name in tuned.get(target, {}) else ""} if tuned else {}
                 for trial, seed in enumerate(seeds):
-                    configs.append({**base, **per_method.get(method.name, {}), **var, "target": target, "seed": seed,
-                                    "rule": ran.name,
+                    own = per_method.get(method.display_label, per_method.get(method.name, {}))
+                    configs.append({**base, **own, **var, "target": target, "seed": seed, "rule": ran.name,
                                     "method_options": ran.option_values})
                     labels.append({"method": method.display_label, "trial": trial, **tuned_label, **flat})
     return configs, labels
