@@ -194,8 +194,9 @@ def test_real_data_notebook_numbers(out_root):
     # the reference scripts' per-row budgets: Target only both ways, only the reference one beside the paper's row
     check = _read(figures / "reference_budget_check.csv").set_index("method")
     assert list(check.index) == ["Source only", "Target only", "Target only (after warm-up)", "FedGP (cosine)",
-                                 "FedGP_Auto (cosine)"]
+                                 "FedGP_Auto (cosine)", "Ditto", "FedRep", "APFL", "KNN-per"]
     assert check.loc["Target only", "paper -90%"] == 87.05 and check.loc["Target only (after warm-up)"].isna().any()
+    assert check.loc["Ditto", "paper -90%"] == 19.32
     varies = next(line for line in read_note(figures / "reference_budget_check.csv") if line.startswith("varies"))
     for key in ("lr_decay", "target_batch_size", "warmup_rounds"):
         assert key in varies, key
