@@ -124,6 +124,32 @@ def test_baselines_source_sweep_table_matches_notebook_04():
     assert chosen_at(choice, "-90%", "APFL") == 0.5 and chosen_at(choice, "-90%", "Ditto") == 10
 
 
+def test_baselines_reference_budget_table_matches_notebook_04():
+    """docs/baselines.md's −90% table = figures/04_real_data/reference_budget_check.csv (ours and the paper's
+    columns, two decimals); FedGP's and FedGP_Auto's −90% values its text quotes; and its reading of the paper's
+    own table: KNN-per equals FedAvg to 0.01 in every VLCS and TerraIncognita column."""
+    from fda_core.experiments.paper_numbers import paper_table
+
+    check = _csv(FIGURES / "04_real_data" / "reference_budget_check.csv").set_index("method")
+    text = (ROOT / "docs" / "baselines.md").read_text()
+    names = {"Target only (from random weights)": "Target only", "Target only (after the warm-up)":
+             "Target only (after warm-up)"}
+    rows = markdown_table(text, "| row | ours (%) | paper (%) |")
+    assert len(rows) == 7
+    for row, ours, paper in rows:
+        mine = check.loc[names.get(row, row)]
+        assert close(number(ours), mine["-90%"], 2), row
+        assert (paper == "—" and pd.isna(mine["paper -90%"])) or close(number(paper), mine["paper -90%"], 2), row
+    flat = " ".join(text.split())
+    says(flat, "FedGP and FedGP_Auto stay at the FedAvg start too (49.55%, the paper 89.80% and 89.62%)")
+    for row in ("FedGP (cosine)", "FedGP_Auto (cosine)", "Target only (after warm-up)"):
+        assert close(49.55, check.loc[row, "-90%"], 2), row
+    says(flat, "the paper's KNN-per equals its FedAvg in every VLCS and TerraIncognita column (to 0.01)")
+    for name in ("VLCS", "TerraIncognita"):
+        table = paper_table(name)
+        assert (table.loc["KNN-per"] - table.loc["FedAvg"]).abs().max() <= 0.01 + 1e-9, name
+
+
 def chosen_at(choice: pd.DataFrame, held_out: str, method: str) -> float:
     rows = choice[(choice["held_out"] == held_out) & (choice["method"] == method) & choice["chosen"]]
     return float(rows["value"].iloc[0])
