@@ -197,6 +197,8 @@ def test_reference_budgets_are_the_scripts_settings():
         assert {(b[r]["rounds"], b[r]["warmup_rounds"]) for r in ("fedda_auto", "fedgp_auto")} == {(50 + warm, warm)}
         configs, _ = federated.sweep_configs(BASE, list(b), per_method=b)  # every key is a config key
         assert len(configs) == len(b)
+    more = reference_budgets("ColoredMNIST", others=["ditto", "Target only (after warm-up)"])
+    assert more["ditto"] == more["Target only (after warm-up)"] == more["fedgp"] and more["ditto"] is not more["fedgp"]
     b["fedgp"]["rounds"] = 1  # a copy: the table itself is unchanged
     assert reference_budgets("TerraIncognita")["fedgp"]["rounds"] == 52
     with pytest.raises(KeyError, match="known"):

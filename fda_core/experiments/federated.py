@@ -171,8 +171,8 @@ def sweep_configs(base: Mapping[str, Any], methods: Sequence[str], *, targets: S
     a method alone and wins over its canonical name; keys naming no method of the grid are ignored."""
     resolved = [get_method(m) for m in methods]  # validates every spec before anything runs
     per_method = {rule: dict(keys) for rule, keys in (per_method or {}).items()}
+    allowed = set(DEFAULT_CONFIG) - {"rule", "method_options", "target", "seed"}
     for rule, keys in per_method.items():
-        allowed = set(DEFAULT_CONFIG) - {"rule", "method_options", "target", "seed"}
         if not set(keys) <= allowed:
             raise ValueError(f"per_method[{rule!r}] may set the config keys {sorted(allowed)}; "
                              f"got {sorted(set(keys) - allowed)}")
@@ -193,11 +193,11 @@ def sweep_configs(base: Mapping[str, Any], methods: Sequence[str], *, targets: S
         for target in targets:
             for i, method in enumerate(resolved):
                 ran = options[(target, i)]
+                own = per_method.get(method.display_label, per_method.get(method.name, {}))
                 tuned_label = {"tuned": ", ".join(f"{k}={v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool)
                                                  else f"{k}={v}" for k, v in tuned[target][method.name].items())
                                if method.name in tuned.get(target, {}) else ""} if tuned else {}
                 for trial, seed in enumerate(seeds):
-                    own = per_method.get(method.display_label, per_method.get(method.name, {}))
                     configs.append({**base, **own, **var, "target": target, "seed": seed, "rule": ran.name,
                                     "method_options": ran.option_values})
                     labels.append({"method": method.display_label, "trial": trial, **tuned_label, **flat})

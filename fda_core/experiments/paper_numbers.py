@@ -11,6 +11,8 @@ Fashion-MNIST / CIFAR-10, 50 rounds and 5 trials.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import pandas as pd
 
 __all__ = ["PAPER", "INB_PAPER", "REFERENCE_BUDGETS", "paper_table", "paper_setting", "paper_value", "beside_paper",
@@ -248,9 +250,12 @@ def beside_paper(ours: pd.DataFrame, name: str) -> pd.DataFrame:
     return ours.round(2).join(paper[shared].add_prefix("paper "), how="left")
 
 
-def reference_budgets(dataset: str) -> dict[str, dict[str, object]]:
+def reference_budgets(dataset: str, *, others: Iterable[str] = ()) -> dict[str, dict[str, object]]:
     """The reference scripts' per-row budgets on ``dataset`` (:data:`REFERENCE_BUDGETS`; a copy), for
-    :func:`fda_core.experiments.federated.sweep_configs`'s ``per_method``. KeyError names the data sets known."""
+    :func:`fda_core.experiments.federated.sweep_configs`'s ``per_method``. ``others``: rows with no script of
+    their own (canonical names or display labels, e.g. the personalisation baselines) that get the FedGP row's
+    budget (warm-up, then the same learning rates). KeyError names the data sets known."""
     if dataset not in REFERENCE_BUDGETS:
         raise KeyError(f"no reference budgets for {dataset!r}; known: {sorted(REFERENCE_BUDGETS)}")
-    return {rule: dict(keys) for rule, keys in REFERENCE_BUDGETS[dataset].items()}
+    budgets = {rule: dict(keys) for rule, keys in REFERENCE_BUDGETS[dataset].items()}
+    return {**budgets, **{row: dict(budgets["fedgp"]) for row in others}}
