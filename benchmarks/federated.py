@@ -6,8 +6,9 @@ Setting: FedGP paper § 5.2 noisy features (``NoisyFeatures``, noise 0.4) on MNI
 and 1 target client (500 images each), the 2-conv + 3-FC CNN (``small_cnn``), Adam, source batch 64,
 target batch 16, 100 labelled target images, one local epoch, FedGP (β = 0.5, layer-wise exact
 projection), no warm-up (every timed round is an FDA round), no evaluation inside the timed rounds.
-``--model mnist_cnn`` times the FedGP paper's ColoredMNIST model instead (four convolutions with BatchNorm; the
-model of notebook 04 at paper scale): its batched path carries per-client BatchNorm statistics.
+``--model mnist_cnn`` times the papers' ColoredMNIST network instead (four convolutions), by default with
+BatchNorm (``--norm batch``), whose batched path carries per-client BatchNorm statistics; ``--norm group`` times
+the reference code's GroupNorm form (the model of notebook 04 at paper scale).
 ``--compiled`` times instead (a'') ``client_batching="compile"`` against (a'): the batched objective through
 ``torch.compile`` (CUDA graphs on a GPU), both per round inside one run after 2 untimed rounds, where the
 compilation happens.
@@ -100,7 +101,8 @@ def plain_time(rounds: int, device: torch.device, ds) -> float:
                                  seed=c["seed"])
     x_lab, y_lab = xt[lab].to(device), yt[lab].to(device)
     sources = [(ds[i][0].to(device), ds[i][1].to(device)) for i in range(len(ds)) if i != t]
-    model = get_model(c["model"], tuple(ds.input_shape), ds.num_classes, seed=c["seed"]).to(device)
+    model = get_model(c["model"], tuple(ds.input_shape), ds.num_classes, seed=c["seed"],
+                      **c.get("model_options", {})).to(device)
     names = [n for n, _ in model.named_parameters()]
     sizes = [x.shape[0] for x, _ in sources]
     weights = [n / sum(sizes) for n in sizes]
@@ -177,9 +179,14 @@ def main(argv: list[str] | None = None) -> dict:
                     help="instead: batched clients eager vs torch.compile (CUDA graphs on a GPU), per round in one run "
                          "after 2 untimed rounds (where the compilation happens)")
     ap.add_argument("--model", default="small_cnn", choices=("small_cnn", "mnist_cnn"),
-                    help="small_cnn (default) or mnist_cnn (BatchNorm; notebook 04's paper-scale model)")
+                    help="small_cnn (default) or mnist_cnn (the papers' ColoredMNIST network)")
+    ap.add_argument("--norm", default="batch", choices=("batch", "group"),
+                    help="mnist_cnn's norm layers: batch (default: per-client BatchNorm statistics in the batched "
+                         "path) or group (the reference code's, notebook 04's paper-scale model)")
     args = ap.parse_args(argv)
     SETTING["model"] = args.model
+    if args.model == "mnist_cnn":
+        SETTING["model_options"] = {"norm": args.norm}
     if args.quick:
         args.rounds, args.extra, args.repeats = 1, 1, 1
     if args.device == "all":
@@ -187,7 +194,7 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         devices = [resolve_device(args.device)]
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}; setting: 10 clients (9 sources + target), "
-          f"NoisyFeatures(0.4) on MNIST-5k, {SETTING['model']}, FedGP β=0.5 layer-wise")
+          f"NoisyFeatures(0.4) on MNIST-5k, {SETTING['model']} {SETTING.get('model_options', '')}, FedGP β=0.5 layer-wise")
     results = []
     if args.compiled:
         for dev in devices:

@@ -42,10 +42,10 @@ def _updates(device, mode, keep_buffers=False, **extra):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_batchnorm_model_batched_equals_the_loop_to_rounding(device):
-    """mnist_cnn (four BatchNorm layers, the FedGP paper's ColoredMNIST model) in the engine: per-client source
+    """mnist_cnn with BatchNorm (``norm="batch"``, the papers' text) in the engine: per-client source
     updates and BatchNorm statistics as the loop's, to rounding (SGD: Adam would amplify rounding in coordinates
     with ~0 gradients), and the global statistics after a round move."""
-    setting = dict(model="mnist_cnn", optimizer="sgd", rounds=2, source_fraction=0.1, source_batch_size=32)
+    setting = dict(model="mnist_cnn", model_options={"norm": "batch"}, optimizer="sgd", rounds=2, source_fraction=0.1, source_batch_size=32)
     loop, _ = _updates(device, "loop", keep_buffers=True, **setting)
     batched, _ = _updates(device, "vmap", keep_buffers=True, **setting)
     for (u_loop, _, b_loop), (u_batched, _, b_batched) in zip(loop, batched):
@@ -261,11 +261,11 @@ def test_compiled_objective_is_the_eager_one_in_float64():
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_compile_option_runs_through_the_engine():
-    """client_batching='compile' in the engine: mnist_cnn (BatchNorm), two rounds (the graphs of the full and the
+    """client_batching='compile' in the engine: mnist_cnn with BatchNorm, two rounds (the graphs of the full and the
     short last batch reused in round 2), the same step counts and BatchNorm statistics as 'vmap'. The updates
     agree to float32 rounding as amplified by the network: measured 4.5e-3 and 8.5e-3 (relative), against 4e-6
     between 'vmap' and the loop (same convolution kernels); in float64 the compiled objective is exact (above)."""
-    setting = dict(model="mnist_cnn", optimizer="sgd", rounds=2, source_fraction=0.05, source_batch_size=16)
+    setting = dict(model="mnist_cnn", model_options={"norm": "batch"}, optimizer="sgd", rounds=2, source_fraction=0.05, source_batch_size=16)
     eager, _ = _updates("cpu", "vmap", keep_buffers=True, **setting)
     compiled, _ = _updates("cpu", "compile", keep_buffers=True, **setting)
     assert len(eager) == len(compiled) == 2

@@ -70,6 +70,22 @@ def test_colored_mnist_seed(cmnist):
         assert not torch.equal(other[i][1], cmnist[i][1])
 
 
+def test_colored_mnist_image_size_28_is_the_unsubsampled_construction(cmnist):
+    """image_size=28 (the reference code, current DomainBed): the same environments, labels and colours as the
+    default; the 14×14 images are its every other pixel; the note says which ran; other sizes are refused."""
+    full = D.ColoredMNIST(seed=0, image_size=28)
+    assert full.input_shape == (2, 28, 28) and cmnist.input_shape == (2, 14, 14)
+    for i in range(3):
+        assert full[i][0].shape[1:] == (2, 28, 28)
+        assert torch.equal(full[i][0][:, :, ::2, ::2], cmnist[i][0]) and torch.equal(full[i][1], cmnist[i][1])
+        assert torch.equal(full.colors[i], cmnist.colors[i])
+    assert "28×28 digits" in full.describe() and "images are 14×14" not in full.describe()
+    assert "images are 14×14" in cmnist.describe()
+    for bad in (20, 7, True, "28"):
+        with pytest.raises(ValueError, match="image_size must be 14"):
+            D.ColoredMNIST(image_size=bad)
+
+
 def test_env_index_and_describe(cmnist):
     assert cmnist.env_index("+90%") == 0 and cmnist.env_index("-90%") == 2
     assert cmnist.env_index(2) == 2 and cmnist.env_index("2") == 2 and cmnist.env_index(torch.tensor(1)) == 1

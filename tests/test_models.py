@@ -92,13 +92,16 @@ def test_seeded_init_and_global_rng():
 
 
 def test_mnist_cnn_norms_and_count():
-    bn = M.get_model("mnist_cnn", (2, 14, 14), 2, seed=0)
+    """Default GroupNorm(8, C) (DomainBed's MNIST_CNN, the reference code's model), norm="batch" BatchNorm."""
+    bn = M.get_model("mnist_cnn", (2, 14, 14), 2, seed=0, norm="batch")
     buffers = dict(bn.named_buffers())
     params = dict(bn.named_parameters())
     assert "bn0.running_mean" in buffers and "bn3.running_var" in buffers
     assert not any("running" in k for k in params) and isinstance(bn.bn0, nn.BatchNorm2d)
     assert M.count_parameters(bn) == sum(p.numel() for p in params.values())
-    gn = M.get_model("mnist_cnn", (2, 14, 14), 2, seed=0, norm="group")
+    gn = M.get_model("mnist_cnn", (2, 14, 14), 2, seed=0)
+    assert all(isinstance(getattr(gn, f"bn{i}"), nn.GroupNorm) for i in range(4))
+    assert [getattr(gn, f"bn{i}").num_channels for i in range(4)] == [64, 128, 128, 128]
     assert isinstance(gn.bn2, nn.GroupNorm) and gn.bn2.num_groups == 8 and not list(gn.buffers())
     bn.classifier.weight.requires_grad_(False)
     assert M.count_parameters(bn) == M.count_parameters(gn) - bn.classifier.weight.numel()

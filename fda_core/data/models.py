@@ -1,7 +1,8 @@
 """Networks of the FDA experiments, by name: ``get_model(name, input_shape, num_classes, ...)``.
 
 * ``"mnist_cnn"`` — DomainBed's ``MNIST_CNN`` (``domainbed/networks.py``) + a linear classifier; the
-  FedGP paper's ColoredMNIST model ("four convolutional and batch-norm layers", App. B.6).
+  papers' ColoredMNIST model, with DomainBed's GroupNorm layers as their reference code builds it
+  (``norm="batch"``: BatchNorm, as the papers' text reads; ``docs/reproduction.md`` row 10).
 * ``"small_cnn"`` — NIID-Bench's ``SimpleCNN`` (Li et al. 2022, ``model.py``): 2 conv + 3 FC layers, the
   semi-synthetic runs' CNN (FedGP App. B.6).
 * ``"resnet18"`` — ResNet-18 (He et al. 2016) in torchvision's layout and state-dict key names, so a
@@ -54,14 +55,17 @@ class MnistCNN(nn.Module):
 
     conv(C→64, 3×3, pad 1) → conv(64→128, 3×3, stride 2, pad 1) → conv(128→128, 3×3, pad 1) →
     conv(128→128, 3×3, pad 1), each followed by ReLU and a norm layer (DomainBed's order), then adaptive
-    average pooling to 128 features. ``norm="batch"`` (default; the FedGP paper's "four convolutional
-    and batch-norm layers", App. B.6) uses ``BatchNorm2d``; ``norm="group"`` uses DomainBed's
-    ``GroupNorm(8, C)``. Input ``(n, C, H, W)`` → logits ``(n, num_classes)``; any H, W ≥ 1.
+    average pooling to 128 features. ``norm="group"`` (default) uses DomainBed's ``GroupNorm(8, C)``: the
+    papers' reference code builds its ColoredMNIST model from DomainBed's ``Featurizer``, i.e. this network
+    with GroupNorm layers that DomainBed names ``bn0``…``bn3``. ``norm="batch"`` uses ``BatchNorm2d``, as
+    both papers' text reads ("four convolutional and batch-norm layers", FedGP App. B.6; auto-weighted
+    App. C.2); with batches of one target image it keeps the target at the FedAvg model
+    (``docs/reproduction.md`` row 10). Input ``(n, C, H, W)`` → logits ``(n, num_classes)``; any H, W ≥ 1.
     """
 
     n_outputs = 128
 
-    def __init__(self, input_shape: tuple[int, ...], num_classes: int, norm: str = "batch") -> None:
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, norm: str = "group") -> None:
         super().__init__()
         c, _, _ = _check_image_shape(input_shape, "mnist_cnn")
         if norm not in ("batch", "group"):

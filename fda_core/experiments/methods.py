@@ -558,8 +558,9 @@ class _AutoMethod(FDAMethod):
 
     Option ``lr_scaling``: 'paper' (default, the definition above) or 'reference' — the paper's reference
     scripts multiply the target's parts by lr_T / lr_S and leave the sources unscaled, which puts the
-    target's variance (lr_T/lr_S)² too low against the distances (β collapses towards 0 when lr_T < lr_S;
-    ``docs/reproduction.md`` § Reference-exact options). Kept only to show that effect."""
+    target's variance (lr_T/lr_S)² too low against FedDA's distances (β collapses towards 0 when lr_T < lr_S;
+    ``docs/reproduction.md`` § Reference-exact options). FedGP_Auto's β sees a source only through its
+    direction, so the option does not change it. Kept only to show the effect on FedDA_Auto."""
 
     estimates_beta = True
     base: ClassVar[str] = ""
