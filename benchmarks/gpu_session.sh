@@ -35,6 +35,7 @@ for s in "$@"; do
     fed) step fed 120 python3 benchmarks/federated.py --device cuda --json "$OUT/fed.json" ;;
     fedcomp) step fedcomp 240 python3 benchmarks/federated.py --device cuda --compiled --json "$OUT/fedcomp.json" ;;
     fedbn) step fedbn 150 python3 benchmarks/federated.py --device cuda --model mnist_cnn --json "$OUT/fedbn.json" ;;
+    fedgn) step fedgn 150 python3 benchmarks/federated.py --device cuda --model mnist_cnn --norm group --json "$OUT/fedgn.json" ;;
     fedcpu) step fedcpu 300 python3 benchmarks/federated.py --device cpu --json "$OUT/fedcpu.json" ;;
     nb02) step nb02 150 python3 -m fda_core run 02 -p paper_scale true --out /tmp/executed --no-progress ;;
     nb04p) step nb04p "${NB_LIMIT:-130}" python3 -m fda_core run 04 -p model mnist_cnn -p rounds 50 -p trials 5 --out /tmp/executed --no-progress ;;
