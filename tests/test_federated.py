@@ -116,6 +116,30 @@ def test_every_method_runs(spec):
         assert all(h["beta"] == [1.0, 1.0] for h in hist if h["phase"] == "fda")
 
 
+def test_finetune_offline_starts_a_fresh_optimiser_every_epoch_by_default(monkeypatch):
+    """The reference scripts build a new Adam for every fine-tuning epoch (docs/reproduction.md row 12):
+    the default resets the target's optimiser before each epoch, 'once' only before the first; the first
+    fine-tuning epoch is the same in both."""
+    flags: list[bool] = []
+    original = federated.Run.train_target
+
+    def spy(self, **kw):
+        if kw.get("who") == "target fine-tuning":
+            flags.append(kw["reset_optimizer"])
+        return original(self, **kw)
+
+    monkeypatch.setattr(federated.Run, "train_target", spy)
+    fresh = run(rule="finetune_offline", finetune_epochs=3)
+    assert flags == [True, True, True]
+    flags.clear()
+    once = run(rule="finetune_offline", method_options={"optimizer_reset": "once"}, finetune_epochs=3)
+    assert flags == [True, False, False] and once["method"] == "Finetune_Offline (3 epochs, one optimiser run)"
+    tune = [[h["target_acc"] for h in r["history"] if h["phase"] == "finetune"] for r in (fresh, once)]
+    assert len(tune[0]) == len(tune[1]) == 3 and tune[0][0] == tune[1][0]
+    with pytest.raises(ValueError, match="optimizer_reset must be one of"):
+        run(rule="finetune_offline", method_options={"optimizer_reset": "never"})
+
+
 @pytest.mark.parametrize("projection", ["exact", "exact_layerwise", "cosine"])
 def test_projection_variants_differ_and_run(projection):
     res = run(rule="fedgp", projection=projection, rounds=3)

@@ -593,19 +593,28 @@ class FedGPAuto(_AutoMethod):
 
 class FinetuneOffline(Method):
     """Finetune_Offline: FedAvg of the sources for every round, then ``epochs`` epochs of fine-tuning on
-    the labelled target samples (one optimiser run; None → as many epochs as rounds) at the target's
-    learning rate (× lr_decay when there were warm-up rounds)."""
+    the labelled target samples (None → as many epochs as rounds) at the target's learning rate (× lr_decay
+    when there were warm-up rounds).
+
+    Option ``optimizer_reset``: 'epoch' (default) starts a fresh Adam for every fine-tuning epoch, as the
+    papers' reference scripts do (their ``train`` builds a new optimiser per call, one call per epoch;
+    ``docs/reproduction.md`` row 12); 'once' runs one optimiser over all the epochs (the former default)."""
 
     name, label = "finetune_offline", "Finetune_Offline"
     options = {"epochs": Option(None, _check_optional_epochs, lambda v: f"{v} epochs",
-                                "fine-tuning epochs (None: as many as rounds)")}
+                                "fine-tuning epochs (None: as many as rounds)"),
+               "optimizer_reset": Option("epoch", lambda v, n: check_choice(v, n, ("epoch", "once")),
+                                         lambda v: "one optimiser run" if v == "once" else "fresh Adam per epoch",
+                                         "'epoch': a fresh optimiser every fine-tuning epoch (the reference "
+                                         "scripts); 'once': one optimiser run over all the epochs")}
 
     def after_training(self, run: Any) -> None:
         c = run.config
         epochs = c["rounds"] if self.epochs is None else self.epochs
         lr = c["target_lr"] * (c["lr_decay"] if c["warmup_rounds"] > 0 else 1.0)
         for e in range(1, epochs + 1):
-            run.train_target(epochs=1, lr=lr, step=c["rounds"] + e, reset_optimizer=e == 1, who="target fine-tuning")
+            reset = self.optimizer_reset == "epoch" or e == 1
+            run.train_target(epochs=1, lr=lr, step=c["rounds"] + e, reset_optimizer=reset, who="target fine-tuning")
             run.evaluate(c["rounds"] + e, "finetune", lr_source=0.0, lr_target=lr)
 
 
