@@ -225,6 +225,12 @@ def test_reference_budgets_are_the_scripts_settings():
         assert len(configs) == len(b)
     more = reference_budgets("ColoredMNIST", others=["ditto", "Target only (after warm-up)"])
     assert more["ditto"] == more["Target only (after warm-up)"] == more["fedgp"] and more["ditto"] is not more["fedgp"]
+    capped = reference_budgets("ColoredMNIST", others=["ditto"], max_rounds=3)  # quick runs
+    assert {k["rounds"] for k in capped.values()} == {3} and capped["fedgp"]["warmup_rounds"] == 2
+    assert reference_budgets("ColoredMNIST")["fedgp"]["rounds"] == 52
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError, match="max_rounds"):
+            reference_budgets("ColoredMNIST", max_rounds=bad)
     b["fedgp"]["rounds"] = 1  # a copy: the table itself is unchanged
     assert reference_budgets("TerraIncognita")["fedgp"]["rounds"] == 52
     with pytest.raises(KeyError, match="known"):

@@ -56,8 +56,8 @@ def _budgets(auto_target_batch: int, auto_warmup: int = 2) -> dict[str, dict[str
 #: and FedGP at β = 0.5: 2 FedAvg warm-up rounds, then 50 rounds at the same learning rates, target batches of
 #: 16; FedDA_Auto and FedGP_Auto: the same warm-up (5 rounds on TerraIncognita), then both learning rates × 0.1
 #: and target batches of 1 (ColoredMNIST), 4 (VLCS) or 8 (TerraIncognita); Target only: 50 rounds from the
-#: initial weights, batches of 16; Finetune_Offline: fine-tuning of the FedAvg model of the Source-only budget (the reference: 50 epochs,
-#: here as many epochs as rounds, 52).
+#: initial weights, batches of 16; Finetune_Offline: fine-tuning of the FedAvg model of the Source-only budget
+#: (the reference: 50 epochs, here as many epochs as rounds, 52).
 #: Notebook 04 applies them at ``paper_scale``; rows without an entry (the Oracle, the personalisation
 #: baselines, run with other code) keep the notebook's setting.
 REFERENCE_BUDGETS: dict[str, dict[str, dict[str, object]]] = {
@@ -250,12 +250,20 @@ def beside_paper(ours: pd.DataFrame, name: str) -> pd.DataFrame:
     return ours.round(2).join(paper[shared].add_prefix("paper "), how="left")
 
 
-def reference_budgets(dataset: str, *, others: Iterable[str] = ()) -> dict[str, dict[str, object]]:
+def reference_budgets(dataset: str, *, others: Iterable[str] = (),
+                      max_rounds: int | None = None) -> dict[str, dict[str, object]]:
     """The reference scripts' per-row budgets on ``dataset`` (:data:`REFERENCE_BUDGETS`; a copy), for
     :func:`fda_core.experiments.federated.sweep_configs`'s ``per_method``. ``others``: rows with no script of
     their own (canonical names or display labels, e.g. the personalisation baselines) that get the FedGP row's
-    budget (warm-up, then the same learning rates). KeyError names the data sets known."""
+    budget (warm-up, then the same learning rates). ``max_rounds``: caps every row's rounds (quick runs; the
+    warm-up rounds are kept). KeyError names the data sets known."""
     if dataset not in REFERENCE_BUDGETS:
         raise KeyError(f"no reference budgets for {dataset!r}; known: {sorted(REFERENCE_BUDGETS)}")
+    if max_rounds is not None and (isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 1):
+        raise ValueError(f"max_rounds must be None or an integer >= 1, got {max_rounds!r}")
     budgets = {rule: dict(keys) for rule, keys in REFERENCE_BUDGETS[dataset].items()}
-    return {**budgets, **{row: dict(budgets["fedgp"]) for row in others}}
+    budgets.update({row: dict(budgets["fedgp"]) for row in others})
+    if max_rounds is not None:
+        for keys in budgets.values():
+            keys["rounds"] = min(keys["rounds"], max_rounds)
+    return budgets
