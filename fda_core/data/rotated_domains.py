@@ -16,7 +16,8 @@ import torch
 from torch import Tensor
 
 from ..common.checks import check_choice
-from .datasets import ROTATION_INTERPOLATIONS, _MNIST_FILES, _idx_pair, _locate, mnist_5k, rotate_images
+from .datasets.loaders import _MNIST_FILES, _idx_pair, _locate, mnist_5k
+from .datasets.transforms import ROTATION_INTERPOLATIONS, rotate_images
 
 __all__ = ["RotatedDomains", "rotated_mnist", "load_idx_images"]
 

