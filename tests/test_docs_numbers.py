@@ -125,14 +125,18 @@ def test_baselines_source_sweep_table_matches_notebook_04():
 
 
 def test_baselines_reference_budget_table_matches_notebook_04():
-    """docs/baselines.md's −90% table = figures/04_real_data/reference_budget_check.csv (the small CNN) and
-    reference_budget_check_mnist_cnn.csv (the paper's CNN), with the paper's column, two decimals; the ranges its
-    text quotes; and its reading of the paper's own table: KNN-per equals FedAvg to 0.01 in every VLCS and
-    TerraIncognita column."""
+    """docs/baselines.md's −90% table = figures/04_real_data/reference_budget_check.csv (the small CNN, one seed) and
+    reference_budget_check_mnist_cnn_runs.csv (the paper's CNN, seeds 0–2: mean ± 95% CI), with the paper's column,
+    two decimals; the ranges and seeds its text quotes; and its reading of the paper's own table: KNN-per equals
+    FedAvg to 0.01 in every VLCS and TerraIncognita column."""
     from fda_core.experiments.paper_numbers import paper_table
+    from fda_core.workbook.reproduction import ci95
 
     small = _csv(FIGURES / "04_real_data" / "reference_budget_check.csv").set_index("method")
     paper_cnn = _csv(FIGURES / "04_real_data" / "reference_budget_check_mnist_cnn.csv").set_index("method")
+    runs = _csv(FIGURES / "04_real_data" / "reference_budget_check_mnist_cnn_runs.csv")
+    assert sorted(set(runs["seed"])) == [0, 1, 2] and runs.groupby("method").size().eq(3).all()
+    per_seed = runs.pivot(index="method", columns="seed", values="last5_acc")
     text = (ROOT / "docs" / "baselines.md").read_text()
     names = {"Target only (from random weights)": "Target only", "Target only (after the warm-up)":
              "Target only (after warm-up)"}
@@ -141,26 +145,34 @@ def test_baselines_reference_budget_table_matches_notebook_04():
     for row, ours_small, ours_paper_cnn, paper in rows:
         key = names.get(row, row)
         assert close(number(ours_small), small.loc[key, "-90%"], 2), row
-        assert close(number(ours_paper_cnn), paper_cnn.loc[key, "-90%"], 2), row
+        mean, ci = (number(x) for x in ours_paper_cnn.split(" ± "))
+        assert close(mean, per_seed.loc[key].mean(), 2) and close(mean, paper_cnn.loc[key, "-90%"], 2), row
+        assert close(ci, ci95(per_seed.loc[key].to_numpy()), 2), row
         published = paper_cnn.loc[key, "paper -90%"]
         assert (paper == "—" and pd.isna(published)) or close(number(paper), published, 2), row
+        if key in ("Source only", "Target only", "FedGP (cosine)", "FedGP_Auto (cosine)"):  # "inside our interval"
+            assert abs(published - per_seed.loc[key].mean()) <= ci95(per_seed.loc[key].to_numpy()), row
     flat = " ".join(text.split())
-    says(flat, "the paper's CNN can, and there every baseline reaches 77–89%, around Target only")
-    baselines = paper_cnn.loc[["Ditto", "FedRep", "APFL", "KNN-per"], "-90%"]
-    assert about(baselines.min(), 77) and about(baselines.max(), 89)
-    says(flat, "FedGP_Auto at the auto script's budget reaches 89.49% (paper 89.62%)")
-    assert close(89.49, paper_cnn.loc["FedGP_Auto (cosine)", "-90%"], 2)
+    says(flat, "FedGP's seed 0, 84.62%, was the low one; seeds 1 and 2 give 88.89% and 87.03%")
+    assert [round(per_seed.loc["FedGP (cosine)", s], 2) for s in (0, 1, 2)] == [84.62, 88.89, 87.03]
+    says(flat, "the paper's CNN can, and there every baseline reaches 76–88% on average (69–89% in single seeds)")
+    baselines = per_seed.loc[["Ditto", "FedRep", "APFL", "KNN-per"]]
+    assert about(baselines.mean(axis=1).min(), 76) and about(baselines.mean(axis=1).max(), 88)
+    assert about(baselines.to_numpy().min(), 69) and about(baselines.to_numpy().max(), 89)
+    says(flat, "FedGP_Auto at the auto script's budget reaches 89.49% with seed 0 (paper 89.62%)")
+    assert close(89.49, per_seed.loc["FedGP_Auto (cosine)", 0], 2)
     says(flat, "the paper's KNN-per equals its FedAvg in every VLCS and TerraIncognita column (to 0.01)")
     repro = " ".join((ROOT / "docs" / "reproduction.md").read_text().split())
     for phrase, quoted, value in (
-            ("(Target only after the warm-up: 49.55% on −90%)", 49.55, small.loc["Target only (after warm-up)"]),
-            ("the paper's CNN can (82.70%)", 82.70, paper_cnn.loc["Target only (after warm-up)"]),
-            ("FedGP reaches 84.62% on −90%", 84.62, paper_cnn.loc["FedGP (cosine)"]),
-            ("auto script's budget (× 0.1, target batches of 1) 89.49% (paper 89.62%)", 89.49,
-             paper_cnn.loc["FedGP_Auto (cosine)"]),
-            ("With GroupNorm the same budget gives 89.49%", 89.49, paper_cnn.loc["FedGP_Auto (cosine)"])):
+            ("(Target only after the warm-up: 49.55% on −90%)", 49.55, small.loc["Target only (after warm-up)", "-90%"]),
+            ("the paper's CNN can (84.10%, mean of seeds 0–2)", 84.10, paper_cnn.loc["Target only (after warm-up)", "-90%"]),
+            ("FedGP reaches 86.85 ± 5.31% on −90%", 86.85, paper_cnn.loc["FedGP (cosine)", "-90%"]),
+            ("(× 0.1, target batches of 1) 88.85 ± 1.64% (paper 89.62%)", 88.85, paper_cnn.loc["FedGP_Auto (cosine)", "-90%"]),
+            ("With GroupNorm the same budget and seed give 89.49%", 89.49, per_seed.loc["FedGP_Auto (cosine)", 0])):
         says(repro, phrase)
-        assert close(quoted, value["-90%"], 2), phrase
+        assert close(quoted, value, 2), phrase
+    for key, quoted in (("FedGP (cosine)", 5.31), ("FedGP_Auto (cosine)", 1.64)):
+        assert close(quoted, ci95(per_seed.loc[key].to_numpy()), 2), key
     for name in ("VLCS", "TerraIncognita"):
         table = paper_table(name)
         assert (table.loc["KNN-per"] - table.loc["FedAvg"]).abs().max() <= 0.01 + 1e-9, name
