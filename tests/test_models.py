@@ -3,6 +3,7 @@ weights errors, seeded init without touching the global RNG, BatchNorm buffers, 
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from fda_core.data import models as M
@@ -107,6 +108,34 @@ def test_mnist_cnn_norms_and_count():
     assert M.count_parameters(bn) == M.count_parameters(gn) - bn.classifier.weight.numel()
     with pytest.raises(ValueError, match="norm"):
         M.get_model("mnist_cnn", (2, 14, 14), 2, norm="layer")
+
+
+def test_mnist_cnn_with_batchnorm_learns_nothing_from_batches_of_one():
+    """docs/reproduction.md, row 10 (why FedGP_Auto stalls with BatchNorm at the auto script's target batches of 1):
+    in training mode BatchNorm normalises each channel of a batch of ONE image over its spatial positions, so the
+    channel's spatial mean after the last norm layer is exactly its shift β_c, and the global average pooling that
+    follows returns β for every input: the features are constant and no gradient reaches the convolutions or the
+    scales. GroupNorm(8, C) normalises 16 channels together, so its features still depend on the input."""
+    torch.manual_seed(0)
+    x = torch.rand(3, 2, 14, 14)
+    bn = M.get_model("mnist_cnn", (2, 14, 14), 2, seed=0, norm="batch").train()
+    with torch.no_grad():
+        bn.bn3.bias.copy_(torch.randn(128))  # a shift that is not zero, so "constant" is not "zero"
+    feats = torch.cat([bn.features(x[i:i + 1]) for i in range(3)])
+    assert torch.allclose(feats, bn.bn3.bias.expand(3, -1), atol=1e-5)
+    loss = lambda model, xb: F.cross_entropy(model(xb), torch.arange(len(xb)) % 2)  # noqa: E731
+    loss(bn, x[:1]).backward()
+    for name in ("conv1.weight", "conv4.weight", "bn0.weight", "bn3.weight"):
+        assert dict(bn.named_parameters())[name].grad.abs().max() < 1e-6, name
+    assert bn.bn3.bias.grad.abs().max() > 1e-3 and bn.classifier.weight.grad.abs().max() > 1e-3
+    bn.zero_grad()
+    loss(bn, x[:2]).backward()  # a batch of two: the convolutions learn again
+    assert bn.conv1.weight.grad.abs().max() > 1e-4
+    gn = M.get_model("mnist_cnn", (2, 14, 14), 2, seed=0).train()
+    g = torch.cat([gn.features(x[i:i + 1]) for i in range(3)])
+    assert (g[0] - g[1]).abs().max() > 1e-3 and (g[1] - g[2]).abs().max() > 1e-3
+    loss(gn, x[:1]).backward()
+    assert gn.conv1.weight.grad.abs().max() > 1e-4
 
 
 def test_registry_and_bad_input():

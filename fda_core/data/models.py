@@ -59,7 +59,8 @@ class MnistCNN(nn.Module):
     papers' reference code builds its ColoredMNIST model from DomainBed's ``Featurizer``, i.e. this network
     with GroupNorm layers that DomainBed names ``bn0``…``bn3``. ``norm="batch"`` uses ``BatchNorm2d``, as
     both papers' text reads ("four convolutional and batch-norm layers", FedGP App. B.6; auto-weighted
-    App. C.2); at the auto-weighted script's budget it leaves FedGP_Auto at the FedAvg model on −90%
+    App. C.2); at the auto-weighted script's budget it leaves FedGP_Auto at the FedAvg model on −90%,
+    because a training batch of one image gives BatchNorm + average pooling constant features
     (``docs/reproduction.md`` row 10). Input ``(n, C, H, W)`` → logits ``(n, num_classes)``; any H, W ≥ 1.
     """
 
