@@ -600,3 +600,24 @@ def test_setting_note_does_not_depend_on_key_order():
     assert note == tables.setting_note(stored)  # ... the notes do not
     assert "same for every run: dataset_options={data_root: None, noise_std: 0.4}, rounds=8" in note
     assert "varies: seed in [0, 1]" in note and "fedgp{beta: 0.5, projection: cosine}" in note
+
+
+def test_a_batchnorm_model_on_batches_of_one_image_is_warned_about_before_training():
+    """docs/reproduction.md row 10: a one-image batch gives mnist_cnn with BatchNorm constant features, so the engine
+    warns, naming the batch-size key, before any training; GroupNorm (the default) and batches of 2+ do not warn."""
+    import warnings
+
+    def warned(**setting):
+        c = make_config(model="mnist_cnn", rule="fedgp_auto", rounds=1, source_fraction=0.05, **setting)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            federated.Run(c, get_method(c["rule"]))
+        return [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+
+    batch = {"model_options": {"norm": "batch"}}
+    (message,) = warned(target_batch_size=1, **batch)
+    assert "target_batch_size=1" in message and "every batch" in message and "GroupNorm" in message
+    (message,) = warned(target_batch_size=17, n_target_labeled=18, **batch)  # 18 = 17 + a last batch of one
+    assert "target_batch_size=17" in message and "last batch of each epoch (18 samples)" in message
+    assert warned(target_batch_size=1) == []  # GroupNorm
+    assert warned(target_batch_size=4, **batch) == []  # 18 = 4·4 + 2

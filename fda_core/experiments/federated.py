@@ -25,6 +25,7 @@ rate defaults to 1/5 of the sources' (auto-weighted paper App. C.2).
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -214,6 +215,29 @@ _STREAM_CLIENT, _STREAM_SOURCE_SUBSET, _STREAM_AUX_HEADS = 1, 2, 3
 _SOURCE, _TARGET, _TARGET_TRAIN = 0, 1, 2
 
 
+
+def _warn_batchnorm_batches_of_one(c: Mapping[str, Any], module: torch.nn.Module, target: Mapping[str, Any],
+                                   sources: Sequence[Mapping[str, Any]]) -> None:
+    """Warn before training when a model with BatchNorm layers would train a client on a batch of ONE image (a batch
+    size of 1, or the last batch of an epoch): BatchNorm then normalises the image by its own statistics, and with
+    average pooling after the last norm layer (``mnist_cnn``) the features are the same for every image, so that
+    client learns only a constant shift of the logits (``docs/reproduction.md`` row 10)."""
+    if not any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in module.modules()):
+        return
+    clients = [("the target client", "target_batch_size", int(target["x_lab"].shape[0]))]
+    clients += [(f"source {i}", "source_batch_size", int(s["x"].shape[0])) for i, s in enumerate(sources)]
+    for who, key, n in clients:
+        bs = c[key]
+        if n > 0 and (bs == 1 or n % bs == 1):
+            which = "every batch" if bs == 1 else f"the last batch of each epoch ({n} samples)"
+            warnings.warn(
+                f"model {c['model']!r} has BatchNorm layers and {who} trains on batches of one image ({key}={bs}: "
+                f"{which}); BatchNorm then normalises each image by its own statistics, and with average pooling "
+                "after it (mnist_cnn) the features are the same for every image, so those steps learn only a constant "
+                "shift of the logits (docs/reproduction.md row 10). Use a GroupNorm model (mnist_cnn's default, "
+                "model_options={'norm': 'group'}) or batches of 2 or more.", RuntimeWarning, stacklevel=3)
+            return
+
 def _prepare(c: dict[str, Any], dataset: Any = None):
     from ..data.datasets import get_dataset, labeled_split
     from ..data.models import get_model
@@ -290,6 +314,7 @@ class Run:
                     f"batches per round, but n_target_labeled={self.target['x_lab'].shape[0]} with "
                     f"target_batch_size={c['target_batch_size']} gives {steps}; lower target_batch_size or raise "
                     "target_local_epochs")
+        _warn_batchnorm_batches_of_one(c, fm.module, self.target, self.sources)
         dtype = fm.flat.dtype
         self.optimizer = FlatAdam(fm.m, self.device, dtype, kind=c["optimizer"])
         sizes = torch.tensor([s["x"].shape[0] for s in self.sources], dtype=dtype, device=self.device)
