@@ -215,7 +215,6 @@ _STREAM_CLIENT, _STREAM_SOURCE_SUBSET, _STREAM_AUX_HEADS = 1, 2, 3
 _SOURCE, _TARGET, _TARGET_TRAIN = 0, 1, 2
 
 
-
 def _warn_batchnorm_batches_of_one(c: Mapping[str, Any], module: torch.nn.Module, target: Mapping[str, Any],
                                    sources: Sequence[Mapping[str, Any]]) -> None:
     """Warn before training when a model with BatchNorm layers would train a client on a batch of ONE image (a batch
@@ -237,6 +236,7 @@ def _warn_batchnorm_batches_of_one(c: Mapping[str, Any], module: torch.nn.Module
                 "shift of the logits (docs/reproduction.md row 10). Use a GroupNorm model (mnist_cnn's default, "
                 "model_options={'norm': 'group'}) or batches of 2 or more.", RuntimeWarning, stacklevel=3)
             return
+
 
 def _prepare(c: dict[str, Any], dataset: Any = None):
     from ..data.datasets import get_dataset, labeled_split
