@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["is_int", "is_number", "check_int", "check_number", "check_fraction", "check_choice"]
+__all__ = ["is_int", "is_number", "check_int", "check_number", "check_fraction", "check_choice", "register_factory"]
 
 
 def is_int(value: Any) -> bool:
@@ -63,3 +63,15 @@ def check_choice(value: Any, name: str, choices: Any) -> Any:
     if value not in tuple(choices):
         raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
     return value
+
+
+def register_factory(registry: dict[str, Any], kind: str, name: Any, factory: Any, *, overwrite: bool = False) -> None:
+    """Put ``factory`` into ``registry`` under ``name`` (one registry per kind of thing: datasets, models), after
+    checking the name is a non-empty string, the factory callable and the name free (``overwrite=True`` replaces)."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name must be a non-empty string, got {name!r}")
+    if not callable(factory):
+        raise ValueError(f"factory must be callable, got {factory!r}")
+    if name in registry and not overwrite:
+        raise ValueError(f"{kind} {name!r} is already registered; pass overwrite=True to replace it")
+    registry[name] = factory

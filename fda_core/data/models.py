@@ -26,6 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..common.checks import register_factory
+
 __all__ = [
     "get_model",
     "list_models",
@@ -320,13 +322,7 @@ _RESNET18_URL = "https://download.pytorch.org/models/resnet18-f37072fd.pth"
 
 def register_model(name: str, factory: ModelFactory, *, overwrite: bool = False) -> None:
     """Register ``factory(input_shape, num_classes, **options) -> nn.Module`` under ``name``."""
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"name must be a non-empty string, got {name!r}")
-    if not callable(factory):
-        raise ValueError(f"factory must be callable, got {factory!r}")
-    if name in _MODELS and not overwrite:
-        raise ValueError(f"model {name!r} is already registered; pass overwrite=True to replace it")
-    _MODELS[name] = factory
+    register_factory(_MODELS, "model", name, factory, overwrite=overwrite)
 
 
 def list_models() -> list[str]:

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ...common.checks import check_int
+from ...common.checks import check_int, register_factory
 
 
 class UnknownEnvironmentError(ValueError, IndexError):
@@ -106,13 +106,7 @@ _REGISTRY: dict[str, DatasetFactory] = {}
 
 def register_dataset(name: str, factory: DatasetFactory, *, overwrite: bool = False) -> None:
     """Register ``factory(**options) -> FDADataset`` under ``name`` (re-registering needs ``overwrite=True``)."""
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"name must be a non-empty string, got {name!r}")
-    if not callable(factory):
-        raise ValueError(f"factory must be callable, got {factory!r}")
-    if name in _REGISTRY and not overwrite:
-        raise ValueError(f"dataset {name!r} is already registered; pass overwrite=True to replace it")
-    _REGISTRY[name] = factory
+    register_factory(_REGISTRY, "dataset", name, factory, overwrite=overwrite)
 
 
 def _load_extensions() -> None:
