@@ -205,6 +205,27 @@ def test_per_method_config_keys_reach_only_their_methods_runs():
             federated.sweep_configs(BASE, ["fedgp"], per_method=bad)
 
 
+def test_a_variant_carries_its_own_per_method_keys_and_method_options():
+    """A variant's ``per_method`` reaches that variant's runs only (over the call's ``per_method``, under the
+    variant's own keys); its ``options`` set method options in that variant's runs, whose label then says so; bad
+    keys or options are refused by name before anything runs."""
+    variants = [{}, {"target_lr": 0.5, "per_method": {"fedgp": {"warmup_rounds": 2, "target_lr": 9.0}},
+                     "options": {"target_only": {"warmup": True}}, "labels": {"setting": "reference"}}]
+    configs, labels = federated.sweep_configs(BASE, ["fedgp", "target_only"], variants=variants,
+                                              per_method={"fedgp": {"warmup_rounds": 3, "lr_decay": 0.5}})
+    got = [(lab["method"], lab.get("setting"), c["warmup_rounds"], c.get("lr_decay"), c.get("target_lr"),
+            c["method_options"]) for c, lab in zip(configs, labels)]
+    assert got == [("FedGP", None, 3, 0.5, None, get_method("fedgp").option_values),
+                   ("Target only", None, 1, None, None, {"epochs": None, "warmup": False}),
+                   ("FedGP", "reference", 2, 0.5, 0.5, get_method("fedgp").option_values),
+                   ("Target only (after warm-up)", "reference", 1, None, 0.5, {"epochs": None, "warmup": True})]
+    assert all("per_method" not in c and "options" not in c for c in configs)
+    with pytest.raises(ValueError, match=r"variants\[0\]\['per_method'\]\['fedgp'\].*config keys"):
+        federated.sweep_configs(BASE, ["fedgp"], variants=[{"per_method": {"fedgp": {"seed": 1}}}])
+    with pytest.raises(ValueError, match="warmup"):
+        federated.sweep_configs(BASE, ["target_only"], variants=[{"options": {"target_only": {"warmup": 3}}}])
+
+
 def test_reference_budgets_are_the_scripts_settings():
     """The reference scripts' per-row budgets (auto-weighted paper's code): the auto rules decay both learning
     rates × 0.1 and use their data set's target batch; every other row keeps them and uses batches of 16;

@@ -204,13 +204,18 @@ def test_real_data_notebook_numbers(out_root):
 
 def test_semi_synthetic_notebook_numbers(out_root):
     """05: with eta = 0 the sources hold none of the target's classes, so Source only scores ~0 while
-    Target only learns them; the paper-settings test has its three settings with the reference variants."""
+    Target only learns them; the paper-settings test has its four settings with the reference variants, the
+    reference scripts' one with their learning rate, warm-up and Target only after the warm-up."""
     figures = executed("05_semi_synthetic", out_root)
     label = _read(figures / "label_shift_table.csv").set_index("method")
     assert label.loc["Source only", "0.0"] < 5 and label.loc["Target only", "0.0"] > label.loc["Source only", "0.0"] + 20
     faithful = _read(figures / "faithful.csv")
-    assert list(dict.fromkeys(faithful["setting"])) == ["paper", "target lr 0.003", "noise 1.6, target lr 0.003"]
-    assert set(faithful["method"]) == {"Source only", "FedGP (cosine)", "Target only"}
+    assert list(dict.fromkeys(faithful["setting"])) == ["paper", "reference scripts", "target lr 0.003",
+                                                        "noise 1.6, target lr 0.003"]
+    assert set(faithful["method"]) == {"Source only", "FedGP (cosine)", "Target only", "Target only (after warm-up)"}
+    scripts = faithful[faithful["setting"] == "reference scripts"]  # docs/reproduction.md row 13
+    assert set(scripts["method"]) == {"Source only", "FedGP (cosine)", "Target only (after warm-up)"}
+    assert set(scripts["target_lr"]) == {0.005} and set(scripts["warmup_rounds"]) == {2} and set(scripts["rounds"]) == {4}
     assert faithful["final_acc"].between(0, 100).all()
     paper = faithful[faithful["setting"] == "paper"]
     assert set(paper["noise_std"]) == {0.4}

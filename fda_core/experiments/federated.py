@@ -169,14 +169,27 @@ def sweep_configs(base: Mapping[str, Any], methods: Sequence[str], *, targets: S
     ``per_method`` (canonical method name → config keys, e.g. the reference scripts' per-row budgets,
     :func:`fda_core.experiments.paper_numbers.reference_budgets`) sets config keys in every run of that method,
     over ``base`` and under a variant's; a display label (``"Target only (after warm-up)"``) keys that variant of
-    a method alone and wins over its canonical name; keys naming no method of the grid are ignored."""
+    a method alone and wins over its canonical name; keys naming no method of the grid are ignored.
+
+    A variant may carry its own ``"per_method"`` (same form, for that variant's runs only, over the call's) and
+    ``"options"`` (canonical method name → method options set in that variant's runs, e.g. the noniid reference
+    scripts' Target only after the warm-up, ``{"target_only": {"warmup": True}}``); a method run with other
+    options is labelled by its own display label ("Target only (after warm-up)"), so the tables never hide them."""
     resolved = [get_method(m) for m in methods]  # validates every spec before anything runs
-    per_method = {rule: dict(keys) for rule, keys in (per_method or {}).items()}
     allowed = set(DEFAULT_CONFIG) - {"rule", "method_options", "target", "seed"}
-    for rule, keys in per_method.items():
-        if not set(keys) <= allowed:
-            raise ValueError(f"per_method[{rule!r}] may set the config keys {sorted(allowed)}; "
-                             f"got {sorted(set(keys) - allowed)}")
+
+    def checked(pm: Mapping[str, Mapping[str, Any]] | None, where: str) -> dict[str, dict[str, Any]]:
+        pm = {rule: dict(keys) for rule, keys in (pm or {}).items()}
+        for rule, keys in pm.items():
+            if not set(keys) <= allowed:
+                raise ValueError(f"{where}[{rule!r}] may set the config keys {sorted(allowed)}; "
+                                 f"got {sorted(set(keys) - allowed)}")
+        return pm
+
+    per_method = checked(per_method, "per_method")
+    variant_per_method = [checked(v.get("per_method"), f"variants[{i}]['per_method']") for i, v in enumerate(variants)]
+    variant_methods = [[get_method(m.name, **{**m.option_values, **v.get("options", {}).get(m.name, {})})
+                        if m.name in v.get("options", {}) else None for m in resolved] for v in variants]
     tuned = {t: {rule: dict(opts) for rule, opts in by_rule.items()} for t, by_rule in (tuned or {}).items()}
     unknown = [t for t in tuned if t not in targets]
     if unknown:
@@ -184,17 +197,22 @@ def sweep_configs(base: Mapping[str, Any], methods: Sequence[str], *, targets: S
     options = {(t, i): get_method(m.name, **{**m.option_values, **tuned.get(t, {}).get(m.name, {})})
                for t in targets for i, m in enumerate(resolved)}  # validates the tuned options too
     configs, labels = [], []
-    for variant in variants:
-        var = {k: v for k, v in variant.items() if k != "labels"}
+    for v_index, variant in enumerate(variants):
+        var = {k: v for k, v in variant.items() if k not in ("labels", "per_method", "options")}
         flat = {k: v for k, v in var.items() if not isinstance(v, Mapping)}
         for k, v in var.items():
             if isinstance(v, Mapping):
                 flat.update(v)
         flat.update(variant.get("labels", {}))
         for target in targets:
-            for i, method in enumerate(resolved):
-                ran = options[(target, i)]
-                own = per_method.get(method.display_label, per_method.get(method.name, {}))
+            for i, spec_method in enumerate(resolved):
+                method = variant_methods[v_index][i] or spec_method  # its label names the variant's options
+                extra = variant.get("options", {}).get(spec_method.name)
+                ran = options[(target, i)] if extra is None else get_method(
+                    spec_method.name, **{**options[(target, i)].option_values, **extra})
+                own = {**per_method.get(method.display_label, per_method.get(method.name, {})),
+                       **variant_per_method[v_index].get(method.display_label,
+                                                         variant_per_method[v_index].get(method.name, {}))}
                 tuned_label = {"tuned": ", ".join(f"{k}={v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool)
                                                  else f"{k}={v}" for k, v in tuned[target][method.name].items())
                                if method.name in tuned.get(target, {}) else ""} if tuned else {}

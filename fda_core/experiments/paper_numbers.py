@@ -16,7 +16,7 @@ from collections.abc import Iterable
 import pandas as pd
 
 __all__ = ["PAPER", "INB_PAPER", "REFERENCE_BUDGETS", "paper_table", "paper_setting", "paper_value", "beside_paper",
-           "reference_budgets"]
+           "reference_budgets", "noniid_reference_setting"]
 
 _CMNIST_COLS = ["+90%", "+80%", "-90%", "Avg"]
 _VLCS_COLS = ["C", "L", "V", "S", "Avg"]
@@ -62,6 +62,25 @@ def _budgets(auto_target_batch: int, auto_warmup: int = 2) -> dict[str, dict[str
 #: baselines, run with other code) keep the notebook's setting.
 REFERENCE_BUDGETS: dict[str, dict[str, dict[str, object]]] = {
     "ColoredMNIST": _budgets(1), "VLCS": _budgets(4), "TerraIncognita": _budgets(8, auto_warmup=5)}
+
+
+def noniid_reference_setting(rounds: int = 50, auto_target_batch: int = 4) -> dict[str, object]:
+    """The FedGP paper's semi-synthetic rows as its reference scripts run them (``docs/reproduction.md`` row 13), as
+    one variant of notebook 05's grid (config keys, plus ``per_method`` and method ``options`` for single rows,
+    :func:`fda_core.experiments.federated.sweep_configs`).
+
+    The scripts (``scripts/noniid_exp/*.sh`` of the reference code) pass no learning rate for Fashion-MNIST, so
+    ``main_noniid.py``'s defaults run: source lr 0.01 and target lr **0.005** (the paper's App. B.6 says 0.05);
+    every row of ``main_noniid.py`` first trains 2 FedAvg rounds (Source only, FedDA, FedGP, and Target only too,
+    which then trains alone from that model), then ``rounds`` rounds without decay, target batches of 16;
+    ``main_noniid_auto_beta.py`` (FedDA_Auto, FedGP_Auto) has the same warm-up, then both learning rates × 0.1 and
+    target batches of 4; ``oracle_noniid.py`` trains on the target's data for ``rounds`` rounds of one epoch at lr
+    0.003 in batches of 64 (the source batch), without a warm-up."""
+    auto = {"lr_decay": 0.1, "target_batch_size": auto_target_batch}
+    return {"source_lr": 0.01, "target_lr": 0.005, "rounds": rounds + 2, "warmup_rounds": 2, "lr_decay": 1.0,
+            "target_batch_size": 16,
+            "per_method": {"fedda_auto": auto, "fedgp_auto": auto, "oracle": {"rounds": rounds, "warmup_rounds": 0}},
+            "options": {"target_only": {"warmup": True}, "oracle": {"epochs": 1, "lr": 0.003}}}
 
 
 PAPER: dict[str, dict] = {
