@@ -2,7 +2,8 @@
 # One lease of a GPU machine: install the carried wheels, then time benchmarks there (issue 17).
 # Usage (on the device, repository root): bash benchmarks/gpu_session.sh STEP... ; results go to $OUT (or ./gpu-out).
 # Each step has its own time limit so that one slow step cannot eat the whole call; logs are written as they go.
-# The wheels the device lacks: build .whl/ first with `bash benchmarks/gpu_wheels.sh` and carry it (carry: [".whl"]).
+# The wheels the device lacks: build .whl/ first with `bash benchmarks/gpu_wheels.sh` and carry it (carry: [".whl"]);
+# the full data sets for nb04full / nb05full: `bash benchmarks/gpu_data.sh` and carry .gpudata.
 # Paper-scale notebooks (nb*p) take longer than one call: their finished runs stay in results/ on a warm machine,
 # so the same step in the next call resumes; NB_LIMIT (seconds) sets their limit, the sum of the walls is the time.
 set -u
@@ -40,6 +41,10 @@ for s in "$@"; do
     nb02) step nb02 150 python3 -m fda_core run 02 -p paper_scale true --out /tmp/executed --no-progress ;;
     nb04p) step nb04p "${NB_LIMIT:-130}" python3 -m fda_core run 04 -p model mnist_cnn -p rounds 50 -p trials 5 --out /tmp/executed --no-progress ;;
     nb05p) step nb05p "${NB_LIMIT:-150}" python3 -m fda_core run 05 -p paper_scale true --out /tmp/executed --no-progress ;;
+    # the full data sets, carried as .gpudata (benchmarks/gpu_data.sh): notebook 04 at the paper's scale on full MNIST,
+    # notebook 05's paper-settings test on full Fashion-MNIST (as committed under figures/05_semi_synthetic/fashion_mnist)
+    nb04full) step nb04full "${NB_LIMIT:-300}" python3 -m fda_core run 04 -p paper_scale true -p data_root .gpudata --out /tmp/executed --no-progress ;;
+    nb05full) step nb05full "${NB_LIMIT:-300}" python3 -m fda_core run 05 -p base fashion_mnist -p data_root .gpudata -p sections '["faithful"]' -p faithful_settings '["paper", "reference"]' -p faithful_trials 3 -p figures_dir /tmp/nb05full --out /tmp/executed --no-progress ;;
     nb06) step nb06 200 python3 -m fda_core run 06 --out /tmp/executed --no-progress ;;
     nb07p) step nb07p "${NB_LIMIT:-110}" python3 -m fda_core run 07 -p paper_scale true --out /tmp/executed --no-progress ;;
     nb08p) step nb08p "${NB_LIMIT:-200}" python3 -m fda_core run 08 -p paper_scale true --out /tmp/executed --no-progress ;;
