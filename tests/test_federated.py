@@ -226,6 +226,25 @@ def test_a_variant_carries_its_own_per_method_keys_and_method_options():
         federated.sweep_configs(BASE, ["target_only"], variants=[{"options": {"target_only": {"warmup": 3}}}])
 
 
+def test_noniid_reference_setting_is_the_semi_synthetic_scripts():
+    """docs/reproduction.md row 13: the FedGP paper's semi-synthetic scripts as a variant of notebook 05: target lr
+    0.005 (their default), source lr 0.01; every row 2 FedAvg warm-up rounds + 50 without decay in target batches of
+    16, the auto rows decayed x 0.1 with batches of 4; Target only after the warm-up; the Oracle 50 rounds of one
+    epoch at lr 0.003 without warm-up. The rows' budgets reach their runs through sweep_configs."""
+    from fda_core.experiments.paper_numbers import noniid_reference_setting
+
+    variant = noniid_reference_setting(50)
+    assert (variant["source_lr"], variant["target_lr"]) == (0.01, 0.005)
+    assert set(variant["per_method"]) == set(list_methods())
+    configs, labels = federated.sweep_configs({**BASE, "target_batch_size": 3}, ["fedgp", "fedgp_auto", "target_only",
+                                              "oracle(epochs=4, lr=0.003)"], variants=[variant])
+    got = {lab["method"]: (c["rounds"], c["warmup_rounds"], c["lr_decay"], c["target_batch_size"], c["target_lr"])
+           for c, lab in zip(configs, labels)}
+    assert got == {"FedGP": (52, 2, 1.0, 16, 0.005), "FedGP_Auto": (52, 2, 0.1, 4, 0.005),
+                   "Target only (after warm-up)": (52, 2, 1.0, 16, 0.005),
+                   "Oracle (1 epochs/round, lr 0.003)": (50, 0, 1.0, 16, 0.005)}
+
+
 def test_reference_budgets_are_the_scripts_settings():
     """The reference scripts' per-row budgets (auto-weighted paper's code): the auto rules decay both learning
     rates × 0.1 and use their data set's target batch; every other row keeps them and uses batches of 16;

@@ -75,11 +75,18 @@ def noniid_reference_setting(rounds: int = 50, auto_target_batch: int = 4) -> di
     which then trains alone from that model), then ``rounds`` rounds without decay, target batches of 16;
     ``main_noniid_auto_beta.py`` (FedDA_Auto, FedGP_Auto) has the same warm-up, then both learning rates × 0.1 and
     target batches of 4; ``oracle_noniid.py`` trains on the target's data for ``rounds`` rounds of one epoch at lr
-    0.003 in batches of 64 (the source batch), without a warm-up."""
-    auto = {"lr_decay": 0.1, "target_batch_size": auto_target_batch}
-    return {"source_lr": 0.01, "target_lr": 0.005, "rounds": rounds + 2, "warmup_rounds": 2, "lr_decay": 1.0,
-            "target_batch_size": 16,
-            "per_method": {"fedda_auto": auto, "fedgp_auto": auto, "oracle": {"rounds": rounds, "warmup_rounds": 0}},
+    0.003 in batches of 64 (the source batch), without a warm-up.
+
+    The budgets are per row (``per_method``, one entry for every registered method), since a variant's own keys win
+    over its rows' (:func:`fda_core.experiments.federated.sweep_configs`); the learning rates are the variant's."""
+    from .methods import list_methods
+
+    fixed = {"rounds": rounds + 2, "warmup_rounds": 2, "lr_decay": 1.0, "target_batch_size": 16}
+    rows = {name: dict(fixed) for name in list_methods()}
+    for name in ("fedda_auto", "fedgp_auto"):
+        rows[name].update(lr_decay=0.1, target_batch_size=auto_target_batch)
+    rows["oracle"].update(rounds=rounds, warmup_rounds=0)
+    return {"source_lr": 0.01, "target_lr": 0.005, "per_method": rows,
             "options": {"target_only": {"warmup": True}, "oracle": {"epochs": 1, "lr": 0.003}}}
 
 
