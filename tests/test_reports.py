@@ -116,3 +116,15 @@ def test_ordering_lines_hand_made():
     assert lines[3] == "  FedGP (cosine) does not beat every non-oracle rival (best rival Target only 50.0)"
     with pytest.raises(ValueError, match="focus"):
         ordering_lines(means, focus="Ditto")
+
+
+def test_a_variant_that_runs_a_method_with_other_options_gets_its_own_row(tmp_path):
+    """A variant's method ``options`` (notebook 05's reference-scripts setting: Target only after the warm-up) give
+    those runs their own label; the table keeps that row, after its method's, with values only in that column."""
+    variants = [{"labels": {"setting": "a"}},
+                {"labels": {"setting": "b"}, "options": {"target_only": {"warmup": True}}}]
+    res = compare_methods(["target_only", "fedgp"], BASE, across="setting", targets=["e0"], variants=variants,
+                          experiment="v", average=False, progress=False)
+    assert list(res.means.index) == ["Target only", "Target only (after warm-up)", "FedGP"]
+    assert res.means.loc["Target only", "b"] != res.means.loc["Target only", "b"]  # NaN: only setting a ran it
+    assert res.means.loc["Target only (after warm-up)"].notna().tolist() == [False, True]

@@ -80,6 +80,17 @@ def _beside_paper(means: pd.DataFrame, paper: str) -> pd.DataFrame:
     return joined
 
 
+def _row_order(methods: Sequence[Any], configs: Sequence[Mapping[str, Any]], labels: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The table's rows: the labels the runs carry, grouped by method in the order of ``methods`` (the first spec of
+    each canonical method), in order of appearance within a method; so a label that only some variants run (a
+    variant's method ``options``, e.g. "Target only (after warm-up)") follows the rows of its method."""
+    names = [get_method(m).name for m in methods]
+    first: dict[str, int] = {}
+    for cfg, lab in zip(configs, labels):
+        first.setdefault(lab["method"], names.index(cfg["rule"]) if cfg["rule"] in names else len(names))
+    return sorted(first, key=first.__getitem__)  # sorted() is stable: ties keep their order of appearance
+
+
 def compare_methods(
     methods: Sequence[str],
     base: Mapping[str, Any],
@@ -147,7 +158,7 @@ def compare_methods(
         store = ResultStore(store)
     results = run_many(configs, store=store, experiment=experiment, labels=labels, progress=progress)
     runs = results_table(results)
-    order = list(dict.fromkeys(get_method(m).display_label for m in methods)) if by == "method" else None
+    order = _row_order(methods, configs, labels) if by == "method" else None
     formatted, means, stds = summary_table(runs, by=(by,), across=across, value=value, order=order)
     if not average:
         formatted, means, stds = formatted.drop(columns="Avg"), means.drop(columns="Avg"), stds.drop(columns="Avg")
