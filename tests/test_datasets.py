@@ -451,3 +451,18 @@ def test_labeled_split_paper_sizes_and_errors():
         D.labeled_split(100, fraction=1.5)
     with pytest.raises(ValueError, match="train_fraction"):
         D.labeled_split(100, n_labeled=5, train_fraction=0)
+
+
+def test_noisy_features_can_leave_the_noise_to_the_engine():
+    """noise_draw="per_round" (docs/reproduction.md row 14): the target's images stay clean and the noise is listed in
+    input_noise for the federated loop to draw every round; "once" (the default) draws it here with the seed."""
+    once = D.get_dataset("NoisyFeatures", noise_std=0.4, seed=3)
+    per_round = D.get_dataset("NoisyFeatures", noise_std=0.4, seed=3, noise_draw="per_round")
+    x, _ = D.load_mnist()
+    assert torch.equal(per_round[9][0], x[per_round.client_indices[-1]]) and per_round.input_noise == {9: 0.4}
+    assert once.input_noise == {} and torch.equal(once.client_indices[-1], per_round.client_indices[-1])
+    diff = once[9][0] - per_round[9][0]
+    assert abs(diff.std().item() - 0.4) < 0.01 and all(torch.equal(once[i][0], per_round[i][0]) for i in range(9))
+    assert "anew every round" in per_round.describe() and "anew" not in once.describe()
+    with pytest.raises(ValueError, match=r"noise_draw must be one of \['once', 'per_round'\], got 'always'"):
+        D.get_dataset("NoisyFeatures", noise_draw="always")

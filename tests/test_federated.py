@@ -661,3 +661,37 @@ def test_a_batchnorm_model_on_batches_of_one_image_is_warned_about_before_traini
     assert "target_batch_size=17" in message and "last batch of each epoch (18 samples)" in message
     assert warned(target_batch_size=1) == []  # GroupNorm
     assert warned(target_batch_size=4, **batch) == []  # 18 = 4·4 + 2
+
+
+def test_input_noise_is_drawn_anew_every_round_on_the_target():
+    """A dataset's input_noise (NoisyFeatures with noise_draw="per_round", docs/reproduction.md row 14): the engine
+    makes the target's images clean + N(0, std²) noise drawn anew each round from the seed's stream, in place (so the
+    unlabelled view follows), reproducibly; runs are deterministic and differ from the noise drawn once; Flower,
+    which cannot redraw it, refuses such a run by name."""
+    opts = {"noise_std": 0.4, "noise_draw": "per_round"}
+    c = make_config(dataset="NoisyFeatures", dataset_options=opts, rule="fedgp", rounds=2, warmup_rounds=0,
+                    model="mlp", n_target_labeled=40, target_batch_size=8, source_lr=0.01)
+    r = federated.Run(c, get_method("fedgp"))
+    clean, t = r.target["clean"], r.target
+    first = {k: t[k].clone() for k in clean}
+    for k in clean:
+        noise = first[k] - clean[k]
+        assert abs(noise.std().item() - 0.4) < 0.02 and abs(noise.mean().item()) < 0.01, k
+    r.refresh_input_noise(1)
+    assert not torch.equal(t["x_test"], first["x_test"]) and torch.equal(t["x_unlab"], t["x_train"][40:])
+    again = t["x_lab"].clone()
+    r.refresh_input_noise(1)
+    assert torch.equal(t["x_lab"], again)  # the same round's draw again
+    r.refresh_input_noise(0)
+    assert all(torch.equal(t[k], first[k]) for k in clean)
+    kw = dict(dataset="NoisyFeatures", rule="fedgp", rounds=2, warmup_rounds=0, model="mlp", n_target_labeled=40,
+              target_batch_size=8, source_lr=0.01)
+    a, b = (run_experiment(dataset_options=opts, **kw) for _ in range(2))
+    assert a["history"] == b["history"]
+    once = run_experiment(dataset_options={"noise_std": 0.4}, **kw)
+    assert once["history"] != a["history"]
+    pytest.importorskip("flwr")
+    from fda_core.experiments.flower.client_app import NodeData
+
+    with pytest.raises(ValueError, match="noise_draw='per_round'.*only the in-process loop"):
+        NodeData(c)

@@ -227,7 +227,7 @@ def sweep_configs(base: Mapping[str, Any], methods: Sequence[str], *, targets: S
 # One run
 # ---------------------------------------------------------------------------------------------
 #: Seed streams of a run (:func:`fda_core.common.seeding.generator`): one per purpose, then per round and client.
-_STREAM_CLIENT, _STREAM_SOURCE_SUBSET, _STREAM_AUX_HEADS = 1, 2, 3
+_STREAM_CLIENT, _STREAM_SOURCE_SUBSET, _STREAM_AUX_HEADS, _STREAM_INPUT_NOISE = 1, 2, 3, 4
 #: Who trains in a client stream: a source (with its index), the target on its labelled samples, the target on
 #: its whole train split (Oracle).
 _SOURCE, _TARGET, _TARGET_TRAIN = 0, 1, 2
@@ -274,6 +274,13 @@ def _prepare(c: dict[str, Any], dataset: Any = None):
         "x_train": xt[torch.cat([lab, unlab])].to(device), "y_train": yt[torch.cat([lab, unlab])].to(device),
         "x_test": xt[test].to(device), "y_test": yt[test].to(device),
     }
+    noise = dict(getattr(ds, "input_noise", None) or {})
+    if any(i != t for i in noise):
+        raise ValueError(f"dataset {c['dataset']!r} asks for input noise on environments {sorted(noise)}; the "
+                         f"federated loop draws it on the target only (environment {t})")
+    if noise.get(t, 0.0) > 0:  # drawn anew every round by Run.refresh_input_noise, from these clean images
+        target["noise_std"] = float(noise[t])
+        target["clean"] = {k: target[k].clone() for k in ("x_lab", "x_train", "x_test")}
     # the unlabelled part of the train split (a view: the labels stay unread), for methods that adapt on it
     target["x_unlab"] = target["x_train"][lab.numel():]
     sources = []
@@ -357,7 +364,23 @@ class Run:
         custom = type(method).local_loss is not Method.local_loss
         self._loss = (lambda client: (lambda module, x, y: method.local_loss(module, x, y, client))) if custom else None
         self._batched_sources = self._plan_batching(custom)
+        self.refresh_input_noise(0)
         method.setup(self)
+
+    def refresh_input_noise(self, r: int) -> None:
+        """Draw the target's input noise for round ``r`` (a dataset's ``input_noise``, e.g. NoisyFeatures with
+        ``noise_draw="per_round"``): the target's images x_lab, x_train (and its view x_unlab) and x_test become
+        clean + N(0, std²) noise drawn anew from the stream (seed, noise, r), in place, so every consumer (the
+        training, the evaluation, a method's own use) sees this round's draw, as the FedGP paper's scripts draw new
+        noise at every load of an image (``docs/reproduction.md`` row 14; with one target epoch per round the two
+        are the same in distribution). No-op without input noise."""
+        std = self.target.get("noise_std", 0.0)
+        if not std:
+            return
+        for k, (name, clean) in enumerate(self.target["clean"].items()):
+            g = generator(self.config["seed"], _STREAM_INPUT_NOISE, r, k)
+            noise = torch.randn(clean.shape, generator=g, dtype=clean.dtype).to(clean.device)
+            torch.add(clean, noise, alpha=std, out=self.target[name])
 
     def _plan_batching(self, custom_loss: bool) -> dict[str, Any] | None:
         """The stacked source data and optimiser when the round's sources train as one batched computation
@@ -460,6 +483,7 @@ class Run:
     def round(self, r: int) -> None:
         """Round ``r``: the method's plan, the clients' training, the method's server step, an evaluation."""
         c, fm, method = self.config, self.model, self.method
+        self.refresh_input_noise(r)
         warm = r <= c["warmup_rounds"]
         decayed = c["warmup_rounds"] > 0 and r > c["warmup_rounds"]
         lr_s = c["source_lr"] * (c["lr_decay"] if decayed else 1.0)

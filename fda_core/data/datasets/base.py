@@ -26,7 +26,9 @@ class FDADataset:
     ``num_classes``, ``default_target`` (the target environment's index in settings with a fixed
     target, ``None`` for leave-one-domain-out sets), ``datasets`` (list of ``(x, y)``), ``metrics`` (what
     the federated loop records on the target each round, as WILDS datasets name their metrics: ``"acc"``,
-    and ``"auc"`` for the weakly-supervised paper's data sets).
+    and ``"auc"`` for the weakly-supervised paper's data sets), ``input_noise`` (environment index → std of
+    Gaussian pixel noise the federated loop draws anew every round on that environment's inputs; empty for
+    almost every data set, see :class:`NoisyFeatures` ``noise_draw="per_round"``).
     ``ds[i]`` returns ``x (n_i, *input_shape) float32, y (n_i,) int64``; ``i`` is an index, its string,
     or an environment name (see :meth:`env_index`). Datasets with auxiliary labels
     (:class:`fda_core.data.auxiliary.AuxDataset`) return a triple ``(x, y, aux)``.
@@ -41,6 +43,7 @@ class FDADataset:
 
     def __init__(self) -> None:
         self.datasets: list[tuple[Tensor, Tensor]] = []
+        self.input_noise: dict[int, float] = {}
 
     def __len__(self) -> int:
         return len(self.datasets)

@@ -19,6 +19,8 @@ from .transforms import add_gaussian_noise
 
 
 _BASES = ("mnist", "fashion_mnist", "cifar10")
+#: When NoisyFeatures draws the target's noise: once, with the seed; or anew every round, by the engine.
+NOISE_DRAWS = ("once", "per_round")
 
 
 def _load_base(base: str, data_root, classes) -> tuple[Tensor, Tensor, list[int], str]:
@@ -78,6 +80,10 @@ class NoisyFeatures(_SemiSynthetic):
     shuffled (seed) and cut into ``n_sources + 1`` IID chunks of equal size ``m = n // (n_sources + 1)``
     (NIID-Bench "homo" partition, Li et al. 2022); the last chunk is the target, whose inputs get
     N(0, noise_std²) pixel noise (seeded, not clipped; :func:`add_gaussian_noise`).
+    ``noise_draw="per_round"`` keeps the target's images clean here and lists the noise in
+    :attr:`input_noise` (environment index → std): the federated engine then draws it anew every round, as the
+    FedGP paper's scripts do with a data-loading transform that draws new noise at every load of an image
+    (``docs/reproduction.md`` row 14); ``"once"`` (the default) draws it here, once, with the seed.
     ``source_labels=k`` (the paper's Table 5 "shifts between sources", 3/5/7/9 labels; also the
     weakly-supervised FDA paper's Non-IID MNIST with ``n_sources=8, source_labels=3``) instead splits
     the source pool (the first ``n_sources * m`` shuffled examples) by NIID-Bench's "#C=k" label-quantity
@@ -97,6 +103,7 @@ class NoisyFeatures(_SemiSynthetic):
         source_labels: int | None = None,
         classes: Sequence[int] | None = None,
         seed: int = 0,
+        noise_draw: str = "once",
     ) -> None:
         super().__init__()
         self.seed = _check_seed(seed)
@@ -105,6 +112,9 @@ class NoisyFeatures(_SemiSynthetic):
             math.isfinite(noise_std) and noise_std >= 0
         ):
             raise ValueError(f"noise_std must be a finite number >= 0 (the paper uses 0.2-0.8), got {noise_std!r}")
+        if noise_draw not in NOISE_DRAWS:
+            raise ValueError(f"noise_draw must be one of {list(NOISE_DRAWS)}, got {noise_draw!r}")
+        self.noise_draw = noise_draw
         if base not in _BASES:
             raise ValueError(f"base must be one of {list(_BASES)}, got {base!r}")
         x, y, cls, self._base_text = _load_base(base, data_root, classes)
@@ -136,7 +146,11 @@ class NoisyFeatures(_SemiSynthetic):
             self.client_indices.append(idx)
             self.datasets.append((x[idx], y[idx]))
         self.client_indices.append(target_idx)
-        self.datasets.append((add_gaussian_noise(x[target_idx], self.noise_std, seed=noise_seed), y[target_idx]))
+        if noise_draw == "once":
+            self.datasets.append((add_gaussian_noise(x[target_idx], self.noise_std, seed=noise_seed), y[target_idx]))
+        else:  # the engine draws it every round (Run.refresh_input_noise)
+            self.datasets.append((x[target_idx], y[target_idx]))
+            self.input_noise = {n_sources: self.noise_std}
 
     @staticmethod
     def _label_quantity(pool: Tensor, y: Tensor, n_clients: int, C: int, k: int, g: torch.Generator):
@@ -178,10 +192,12 @@ class NoisyFeatures(_SemiSynthetic):
             "the paper uses Fashion-MNIST (70,000 images) and CIFAR-10 with 4 classes; here the base is "
             + ("MNIST-5k, so clients hold 500 instead of 7,000 examples" if self.base == "mnist" and self.data_root is None else self._base_text)
         )
+        drawn = ("drawn once with the seed" if self.noise_draw == "once" else
+                 "drawn anew every round by the federated engine, as the reference scripts' data loading does")
         return (
             f"NoisyFeatures (FedGP paper Sec. 5.2 / App. B.4): {self._base_text}; {part}; target inputs + Gaussian "
-            f"noise of std {self.noise_std:g} (not clipped), sources clean; seed {self.seed}. "
-            f"{self.num_classes} classes. Differences: {diff}."
+            f"noise of std {self.noise_std:g} (not clipped{'' if self.noise_draw == 'once' else ', ' + drawn}), "
+            f"sources clean; seed {self.seed}. {self.num_classes} classes. Differences: {diff}."
         )
 
 

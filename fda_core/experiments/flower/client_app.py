@@ -49,6 +49,10 @@ class NodeData:
         method = get_method(c["rule"], **c["method_options"])
         torch.manual_seed(c["seed"])  # as run_experiment does before building the run
         self.run = Run(c, method)
+        if self.run.target.get("noise_std"):
+            raise ValueError(f"dataset {c['dataset']!r} with {c['dataset_options']} draws the target's input noise "
+                             "anew every round (noise_draw='per_round'), which only the in-process loop does; use "
+                             "noise_draw='once' with Flower")
         self.layout = Layout.of(self.run.model)
         # θ⁰ as the engine builds it, kept apart: training overwrites run.theta (the cache serves several runs)
         self.initial = (self.run.theta.clone(), {k: v.clone() for k, v in self.run.buffers.items()})
