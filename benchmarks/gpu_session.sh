@@ -6,7 +6,10 @@
 # the full data sets for nb04full / nb05full: `bash benchmarks/gpu_data.sh` and carry .gpudata.
 # Paper-scale notebooks (nb*p) take longer than one call: their finished runs stay in results/ on a warm machine,
 # so the same step in the next call resumes; NB_LIMIT (seconds) sets their limit, the sum of the walls is the time.
+# DEADLINE_S (seconds from the start, default 540) caps every step's limit at what is left of it, so that the logs are
+# always packed before the call's own limit (run's timeout_s) kills the script: set timeout_s some 30 s above it.
 set -u
+START_S=$(date +%s); DEADLINE_S=${DEADLINE_S:-540}
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if [ -d .whl ]; then
@@ -18,6 +21,9 @@ else
 fi
 step() {  # step NAME LIMIT_S COMMAND...
   local name=$1 limit=$2; shift 2
+  local left=$(( DEADLINE_S - ($(date +%s) - START_S) ))
+  if [ "$left" -lt 20 ]; then echo "=== $name skipped: ${left}s left of DEADLINE_S" | tee -a "$OUT/steps.txt"; return; fi
+  [ "$left" -lt "$limit" ] && limit=$left
   echo "=== $name (limit ${limit}s): $*"
   local t0=$(date +%s%N)
   timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
@@ -30,6 +36,8 @@ python3 -c "import torch, sys; print(sys.version.split()[0], torch.__version__, 
 for s in "$@"; do
   case $s in
     agg) step agg 120 python3 benchmarks/aggregation.py --device cuda --json "$OUT/agg.json" ;;
+    # the tests parametrised over devices, their CUDA cases only (the segmented kernels and the batched clients)
+    gputest-cuda) step gputest-cuda 120 python3 -m pytest -q -p no:cacheprovider -k "cuda or gpu" tests/test_segmented.py tests/test_batched_clients.py ;;
     gputest) step gputest 240 python3 -m pytest -q -p no:cacheprovider tests/test_segmented.py tests/test_aggregation.py tests/test_federated.py tests/test_batched_clients.py ;;
     variants) step variants 120 python3 benchmarks/aggregation_variants.py --device cuda --chunks 1024 ;;
     pd) step pd 150 python3 benchmarks/phase_diagram.py --device cuda --json "$OUT/pd.json" ;;
