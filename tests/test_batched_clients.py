@@ -71,8 +71,17 @@ def test_sources_of_different_sizes_are_batched():
         assert float((u_batched - u_loop).norm() / u_loop.norm()) < 2e-3
 
 
+@pytest.fixture
+def no_tf32():
+    """cuDNN convolutions in full float32 for one test (torch's default allows TF32 there)."""
+    old = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32 = old
+
+
 @pytest.mark.parametrize("device", DEVICES)
-def test_batched_sources_equal_the_loop_to_rounding(device):
+def test_batched_sources_equal_the_loop_to_rounding(device, no_tf32):
     loop, r_loop = _updates(device, "loop")
     batched, r_batched = _updates(device, "vmap")
     assert len(loop) == len(batched) == SETTING["rounds"]
@@ -81,10 +90,11 @@ def test_batched_sources_equal_the_loop_to_rounding(device):
         assert u_loop.abs().max() > 0
         # Adam divides by sqrt(v): a coordinate whose gradients are ~0 can move by ~lr on rounding alone, so the
         # check is on the whole update (relative norm);
-        # other mini-batches would give ~1.4. On CUDA the convolutions run in TF32 (torch's default for cuDNN) and
-        # the grouped (vmap-ed) and plain convolutions pick different algorithms: measured 0.086 on an H100 after 3
-        # rounds, against < 2e-3 on the CPU
-        tol = 2e-3 if device == "cpu" else 0.2
+        # other mini-batches would give ~1.4. On CUDA the grouped (vmap-ed) and plain convolutions pick different
+        # algorithms; with cuDNN's TF32 (torch's default) Adam amplified that rounding to 0.086 on an H100
+        # (2026-11-24) and 0.31 on another (2026-11-26), no fixed bound, so the CUDA case runs without TF32 (fixture
+        # no_tf32) with ten times the CPU's tolerance; the exact CUDA check is the float64 trainer test below
+        tol = 2e-3 if device == "cpu" else 2e-2
         assert float((u_batched - u_loop).norm() / u_loop.norm()) < tol
     assert [h["round"] for h in r_loop["history"]] == [h["round"] for h in r_batched["history"]]
 
@@ -155,30 +165,32 @@ class _ConvBN(torch.nn.Module):
         return self.fc(self.bn(torch.relu(self.conv(x))).flatten(1))
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("optimizer", ["adam", "sgd"])
 @pytest.mark.parametrize("sizes", [(10, 10, 10), (10, 9, 11), (8, 8, 7)], ids=["equal", "unequal", "unequal-last"])
-def test_batched_trainer_is_the_per_client_loop_in_float64(optimizer, sizes):
+def test_batched_trainer_is_the_per_client_loop_in_float64(optimizer, sizes, device):
     """In float64 (rounding out of the way) every client's parameters, BatchNorm statistics and step counter after
     the batched training are those of training that client alone with local_train: same start (θ and the
     global buffers), same mini-batch stream, same optimiser. Batch size 4: 10 = 4 + 4 + 2 (a short last batch);
     10, 9, 11 give last batches of 2, 1, 3 (computed client by client); 8, 8, 7 give full batches in the common
-    part, then 4, 4, 3."""
+    part, then 4, 4, 3. On CUDA this is the exact check of the batched path (float64 has no TF32 mode), where the
+    float32 engine-level comparisons can only bound TF32 rounding as Adam amplifies it."""
     from fda_core.common.seeding import generator
     from fda_core.experiments.batched_clients import stack_clients, train_sources_batched
     from fda_core.experiments.flat import FlatAdam, local_train
 
     torch.manual_seed(0)
     n_clients, epochs, bs, lr = 3, 2, 4, 0.05
-    fm = FlatModel(_ConvBN().double())
+    fm = FlatModel(_ConvBN().double(), device)
     theta = fm.flat.clone()
     start_bufs = {k: v + 0.1 * torch.rand_like(v) for k, v in fm.buffers().items()}  # not the fresh values
     fm.load_buffers(start_bufs)
-    x_list = [torch.randn(k, 2, 6, 6, dtype=torch.float64) * (i + 1) for i, k in enumerate(sizes)]
-    y_list = [torch.randint(0, 3, (k,)) for k in sizes]
+    x_list = [(torch.randn(k, 2, 6, 6, dtype=torch.float64) * (i + 1)).to(device) for i, k in enumerate(sizes)]
+    y_list = [torch.randint(0, 3, (k,)).to(device) for k in sizes]
     counter0 = int(fm.module.bn.num_batches_tracked)
 
     loop_params, loop_bufs = [], []
-    opt = FlatAdam(fm.m, torch.device("cpu"), torch.float64, kind=optimizer, momentum=0.9 if optimizer == "sgd" else 0.0)
+    opt = FlatAdam(fm.m, torch.device(device), torch.float64, kind=optimizer, momentum=0.9 if optimizer == "sgd" else 0.0)
     for i in range(n_clients):
         fm.flat.copy_(theta)
         fm.load_buffers(start_bufs)
@@ -191,8 +203,8 @@ def test_batched_trainer_is_the_per_client_loop_in_float64(optimizer, sizes):
     fm.flat.copy_(theta)
     fm.module.bn.num_batches_tracked.fill_(counter0)
     bufs = {k: v.expand(n_clients, *v.shape).clone() for k, v in start_bufs.items()}
-    out = torch.empty(n_clients, fm.m, dtype=torch.float64)
-    opt_n = FlatAdam(n_clients * fm.m, torch.device("cpu"), torch.float64, kind=optimizer,
+    out = torch.empty(n_clients, fm.m, dtype=torch.float64, device=device)
+    opt_n = FlatAdam(n_clients * fm.m, torch.device(device), torch.float64, kind=optimizer,
                      momentum=0.9 if optimizer == "sgd" else 0.0)
     steps = train_sources_batched(fm, opt_n, theta, stack_clients(x_list), stack_clients(y_list), epochs=epochs,
                                   batch_size=bs, lr=lr, generators=[generator(7, i) for i in range(n_clients)],
