@@ -11,7 +11,7 @@ BatchNorm (``--norm batch``), whose batched path carries per-client BatchNorm st
 the reference code's GroupNorm form (the model of notebook 04 at paper scale).
 ``--compiled`` times instead (a'') ``client_batching="compile"`` against (a'): the batched objective through
 ``torch.compile`` (CUDA graphs on a GPU), both per round inside one run after 2 untimed rounds, where the
-compilation happens.
+compilation happens; (b) runs beside them, so that the ratio plain/compiled comes from one process.
 
 (a) ``library``: :func:`fda_core.experiments.federated.run_experiment` with ``client_batching="loop"`` — one module whose parameters are views into
     a flat vector, Adam as fused vector operations, updates written into a preallocated (N, m) buffer,
@@ -156,15 +156,20 @@ def measure(device: torch.device, rounds: int, extra: int, repeats: int) -> dict
 
 def measure_compiled(device: torch.device, warm: int, timed: int, repeats: int) -> dict:
     """``client_batching="vmap"`` against ``"compile"``, both timed per round inside one run after ``warm`` rounds
-    (each repeat a fresh run, so each compiles once), interleaved."""
+    (each repeat a fresh run, so each compiles once), interleaved; and (b), the plain loop, in the same process
+    ((time of warm + timed rounds − time of warm rounds) / timed), so that plain/compiled is a same-run ratio."""
     ds = get_dataset(SETTING["dataset"], **SETTING["dataset_options"], seed=SETTING["seed"])
-    per = {"batched (eager)": [], "batched (compiled)": []}
+    plain_time(1, device, ds)  # warm-up (allocator, kernels)
+    per = {"batched (eager)": [], "batched (compiled)": [], "plain loop": []}
     for _ in range(repeats):
         per["batched (eager)"].append(steady_round_time(device, ds, "vmap", warm, timed))
         per["batched (compiled)"].append(steady_round_time(device, ds, "compile", warm, timed))
-    med = {k: statistics.median(v) for k, v in per.items()}
+        t_short, t_long = plain_time(warm, device, ds), plain_time(warm + timed, device, ds)
+        per["plain loop"].append((t_long - t_short) / timed if t_long > t_short else float("nan"))
+    med = {k: statistics.median([x for x in v if math.isfinite(x)] or [float("nan")]) for k, v in per.items()}
     return {"device": str(device), "model": SETTING["model"], "seconds_per_round": med,
-            "ratio_eager_over_compiled": med["batched (eager)"] / med["batched (compiled)"], "repeats": per}
+            "ratio_eager_over_compiled": med["batched (eager)"] / med["batched (compiled)"],
+            "ratio_plain_over_compiled": med["plain loop"] / med["batched (compiled)"], "repeats": per}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -202,7 +207,9 @@ def main(argv: list[str] | None = None) -> dict:
             results.append(r)
             s = r["seconds_per_round"]
             print(f"[{r['device']}] batched clients, eager {s['batched (eager)'] * 1e3:8.1f} ms/round | compiled "
-                  f"{s['batched (compiled)'] * 1e3:8.1f} ms/round | eager/compiled = {r['ratio_eager_over_compiled']:.2f}x")
+                  f"{s['batched (compiled)'] * 1e3:8.1f} ms/round | plain loop {s['plain loop'] * 1e3:8.1f} ms/round | "
+                  f"eager/compiled = {r['ratio_eager_over_compiled']:.2f}x, plain/compiled = "
+                  f"{r['ratio_plain_over_compiled']:.2f}x")
     for dev in devices if not args.compiled else []:
         r = measure(dev, args.rounds, args.extra, args.repeats)
         results.append(r)
