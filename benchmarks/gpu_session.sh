@@ -43,6 +43,8 @@ for s in "$@"; do
     pd) step pd 150 python3 benchmarks/phase_diagram.py --device cuda --json "$OUT/pd.json" ;;
     fed) step fed 120 python3 benchmarks/federated.py --device cuda --json "$OUT/fed.json" ;;
     fedcomp) step fedcomp 240 python3 benchmarks/federated.py --device cuda --compiled --json "$OUT/fedcomp.json" ;;
+    # whether compiling the batched objective pays for notebook 04's paper-scale model too (eager: 3.0x on 2026-11-26)
+    fedcompgn) step fedcompgn 300 python3 benchmarks/federated.py --device cuda --compiled --model mnist_cnn --norm group --json "$OUT/fedcompgn.json" ;;
     fedbn) step fedbn 150 python3 benchmarks/federated.py --device cuda --model mnist_cnn --json "$OUT/fedbn.json" ;;
     fedgn) step fedgn 150 python3 benchmarks/federated.py --device cuda --model mnist_cnn --norm group --json "$OUT/fedgn.json" ;;
     fedcpu) step fedcpu 300 python3 benchmarks/federated.py --device cpu --json "$OUT/fedcpu.json" ;;
