@@ -22,8 +22,11 @@ compilation happens; (b) runs beside them, so that the ratio plain/compiled come
 (b) ``plain loop``: the straightforward way to write Algorithm 1: ``copy.deepcopy`` of the global model
     for every client, a fresh ``torch.optim.Adam`` per client, updates as ``state_dict`` differences,
     the library's per-tensor ``fedgp`` on dicts, ``load_state_dict`` of the new global model.
-Time per round = (time of R + k rounds − time of R rounds) / k, so set-up (data, model) cancels; medians
-over ``--repeats`` interleaved repeats (drifts of a shared machine hit both alike); CUDA is synchronised.
+Time per round: (a) and (a') round by round inside one run, k = ``--extra`` rounds timed after R = ``--rounds``
+untimed ones (set-up and first allocations excluded; until 2026-11-26 they too were timed as below, whose
+difference of two runs spread 30–74 ms over three repeats on an H100); (b), which has no round API, as (time of
+R + k rounds − time of R rounds) / k, so set-up (data, model) cancels; medians over ``--repeats`` interleaved
+repeats (drifts of a shared machine hit all alike); CUDA is synchronised.
 Printed: seconds per round, rounds per second, and the ratio plain/library. No timing is asserted anywhere.
 
 Usage::
@@ -61,15 +64,6 @@ SETTING = dict(dataset="NoisyFeatures", dataset_options={"noise_std": 0.4}, rule
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
-
-
-def library_time(rounds: int, device: torch.device, ds, batching: str = "loop") -> float:
-    _sync(device)
-    t0 = time.perf_counter()
-    run_experiment(_dataset=ds, rounds=rounds, eval_every=10 ** 6, device=str(device), client_batching=batching,
-                   **SETTING)
-    _sync(device)
-    return time.perf_counter() - t0
 
 
 def steady_round_time(device: torch.device, ds, batching: str, warm: int, timed: int) -> float:
@@ -138,15 +132,16 @@ def plain_time(rounds: int, device: torch.device, ds) -> float:
 
 def measure(device: torch.device, rounds: int, extra: int, repeats: int) -> dict:
     ds = get_dataset(SETTING["dataset"], **SETTING["dataset_options"], seed=SETTING["seed"])
-    batched_time = lambda r, d, data: library_time(r, d, data, "vmap")  # noqa: E731
-    library_time(1, device, ds), batched_time(1, device, ds), plain_time(1, device, ds)  # warm-up (allocator, kernels)
+    for mode in ("loop", "vmap"):  # warm-up (allocator, kernels)
+        steady_round_time(device, ds, mode, 1, 1)
+    plain_time(1, device, ds)
     per = {"library": [], "library batched": [], "plain loop": []}
     for _ in range(repeats):
-        for name, fn in (("library", library_time), ("library batched", batched_time), ("plain loop", plain_time)):
-            t_short = fn(rounds, device, ds)
-            t_long = fn(rounds + extra, device, ds)
-            # a difference <= 0 means set-up noise swamped the rounds (a loaded machine): recorded as NaN
-            per[name].append((t_long - t_short) / extra if t_long > t_short else float("nan"))
+        per["library"].append(steady_round_time(device, ds, "loop", rounds, extra))
+        per["library batched"].append(steady_round_time(device, ds, "vmap", rounds, extra))
+        t_short, t_long = plain_time(rounds, device, ds), plain_time(rounds + extra, device, ds)
+        # a difference <= 0 means set-up noise swamped the rounds (a loaded machine): recorded as NaN
+        per["plain loop"].append((t_long - t_short) / extra if t_long > t_short else float("nan"))
     med = {k: statistics.median([x for x in v if math.isfinite(x)] or [float("nan")]) for k, v in per.items()}
     return {"device": str(device), "model": SETTING["model"], "seconds_per_round": med, "rounds_per_second": {k: 1 / v for k, v in med.items()},
             "ratio_plain_over_library": med["plain loop"] / med["library"],
