@@ -13,7 +13,7 @@ the reference code's GroupNorm form (the model of notebook 04 at paper scale).
 ``torch.compile`` (CUDA graphs on a GPU), both per round inside one run after 2 untimed rounds, where the
 compilation happens; (b) runs beside them, so that the ratio plain/compiled comes from one process.
 
-(a) ``library``: :func:`fda_core.experiments.federated.run_experiment` with ``client_batching="loop"`` — one module whose parameters are views into
+(a) ``library``: the engine's rounds (:class:`fda_core.experiments.federated.Run`, what ``run_experiment`` steps) with ``client_batching="loop"`` — one module whose parameters are views into
     a flat vector, Adam as fused vector operations, updates written into a preallocated (N, m) buffer,
     no model copies.
 (a') ``library batched``: the same with ``client_batching="vmap"``: the 9 sources of a round trained as one
@@ -53,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fda_core.core import aggregation  # noqa: E402
 from fda_core.data.datasets import get_dataset, labeled_split  # noqa: E402
-from fda_core.experiments.federated import resolve_device, run_experiment  # noqa: E402
+from fda_core.experiments.federated import resolve_device  # noqa: E402
 from fda_core.data.models import get_model  # noqa: E402
 
 SETTING = dict(dataset="NoisyFeatures", dataset_options={"noise_std": 0.4}, rule="fedgp", beta=0.5,
@@ -130,6 +130,18 @@ def plain_time(rounds: int, device: torch.device, ds) -> float:
     return time.perf_counter() - t0
 
 
+def plain_round_time(device: torch.device, ds, warm: int, timed: int) -> float:
+    """Seconds per round of the plain loop: (time of warm + timed rounds − time of warm rounds) / timed, so set-up
+    cancels; NaN when set-up noise swamped the rounds (a loaded machine gives a difference <= 0)."""
+    t_short, t_long = plain_time(warm, device, ds), plain_time(warm + timed, device, ds)
+    return (t_long - t_short) / timed if t_long > t_short else float("nan")
+
+
+def _medians(per: dict[str, list[float]]) -> dict[str, float]:
+    """Median of each list of timings, leaving out the NaNs (NaN when all are)."""
+    return {k: statistics.median([x for x in v if math.isfinite(x)] or [float("nan")]) for k, v in per.items()}
+
+
 def measure(device: torch.device, rounds: int, extra: int, repeats: int) -> dict:
     ds = get_dataset(SETTING["dataset"], **SETTING["dataset_options"], seed=SETTING["seed"])
     for mode in ("loop", "vmap"):  # warm-up (allocator, kernels)
@@ -139,10 +151,8 @@ def measure(device: torch.device, rounds: int, extra: int, repeats: int) -> dict
     for _ in range(repeats):
         per["library"].append(steady_round_time(device, ds, "loop", rounds, extra))
         per["library batched"].append(steady_round_time(device, ds, "vmap", rounds, extra))
-        t_short, t_long = plain_time(rounds, device, ds), plain_time(rounds + extra, device, ds)
-        # a difference <= 0 means set-up noise swamped the rounds (a loaded machine): recorded as NaN
-        per["plain loop"].append((t_long - t_short) / extra if t_long > t_short else float("nan"))
-    med = {k: statistics.median([x for x in v if math.isfinite(x)] or [float("nan")]) for k, v in per.items()}
+        per["plain loop"].append(plain_round_time(device, ds, rounds, extra))
+    med = _medians(per)
     return {"device": str(device), "model": SETTING["model"], "seconds_per_round": med, "rounds_per_second": {k: 1 / v for k, v in med.items()},
             "ratio_plain_over_library": med["plain loop"] / med["library"],
             "ratio_plain_over_batched": med["plain loop"] / med["library batched"],
@@ -152,16 +162,15 @@ def measure(device: torch.device, rounds: int, extra: int, repeats: int) -> dict
 def measure_compiled(device: torch.device, warm: int, timed: int, repeats: int) -> dict:
     """``client_batching="vmap"`` against ``"compile"``, both timed per round inside one run after ``warm`` rounds
     (each repeat a fresh run, so each compiles once), interleaved; and (b), the plain loop, in the same process
-    ((time of warm + timed rounds − time of warm rounds) / timed), so that plain/compiled is a same-run ratio."""
+    (:func:`plain_round_time`), so that plain/compiled is a same-run ratio."""
     ds = get_dataset(SETTING["dataset"], **SETTING["dataset_options"], seed=SETTING["seed"])
     plain_time(1, device, ds)  # warm-up (allocator, kernels)
     per = {"batched (eager)": [], "batched (compiled)": [], "plain loop": []}
     for _ in range(repeats):
         per["batched (eager)"].append(steady_round_time(device, ds, "vmap", warm, timed))
         per["batched (compiled)"].append(steady_round_time(device, ds, "compile", warm, timed))
-        t_short, t_long = plain_time(warm, device, ds), plain_time(warm + timed, device, ds)
-        per["plain loop"].append((t_long - t_short) / timed if t_long > t_short else float("nan"))
-    med = {k: statistics.median([x for x in v if math.isfinite(x)] or [float("nan")]) for k, v in per.items()}
+        per["plain loop"].append(plain_round_time(device, ds, warm, timed))
+    med = _medians(per)
     return {"device": str(device), "model": SETTING["model"], "seconds_per_round": med,
             "ratio_eager_over_compiled": med["batched (eager)"] / med["batched (compiled)"],
             "ratio_plain_over_compiled": med["plain loop"] / med["batched (compiled)"], "repeats": per}
