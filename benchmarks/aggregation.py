@@ -73,6 +73,7 @@ if str(_ROOT) not in sys.path:  # run from a checkout without installing the pac
 
 from fda_core.core.aggregation import fedgp, fedgp_cosine  # noqa: E402
 from fda_core.common.files import atomic_write_json  # noqa: E402
+from fda_core.core import segmented_triton  # noqa: E402
 
 BETA = 0.5
 TARGET_CPU = 3.0  # library within 3x of the copy floor on CPU (project brief)
@@ -432,6 +433,11 @@ def run(device: str = "cpu", sources: Sequence[int] = (4,), repeats: int = 3, sh
 # ---------------------------------------------------------------------------------------------
 # Report
 # ---------------------------------------------------------------------------------------------
+def label_config(config: segmented_triton.KernelConfig) -> str:
+    """``form:block:num_warps`` of a layer-wise kernel configuration."""
+    return f"{config.form}:{config.block}:{config.num_warps}"
+
+
 def environment(dev: torch.device) -> dict:
     return {
         "device": str(dev),
@@ -449,7 +455,8 @@ def format_report(records: list[dict], env: dict) -> str:
     target = TARGET_GPU if on_gpu else TARGET_CPU
     lines = [
         f"FedGP aggregation benchmark (exact projection, beta={BETA}, uniform weights, float32)",
-        f"device: {env['device']} ({env['device_name']}), torch {env['torch']}, threads {env['threads']}",
+        f"device: {env['device']} ({env['device_name']}), torch {env['torch']}, threads {env['threads']}"
+        + (f", layer-wise Triton kernels {env['kernel_config']}" if on_gpu and env.get("kernel_config") else ""),
         f"model: {records[0]['n_tensors']} tensors, {records[0]['n_params']:,} parameters",
         "",
         f"{'N':>3}  {'form':<16} {'median ms':>11} {'x floor':>9} {'speed-up vs naive':>18}",
@@ -503,7 +510,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--sequential", action="store_true",
                    help="time each form's repeats back to back instead of in turns (round-robin)")
     p.add_argument("--json", metavar="OUT", default=None, help="write the results as JSON")
+    p.add_argument("--kernel-config", metavar="FORM:BLOCK:WARPS", default=None,
+                   help="the layer-wise Triton kernels' configuration on a GPU (default: the library's; "
+                        "see benchmarks/segmented_kernels.py)")
     args = p.parse_args(argv)
+    kernel_config = None
+    if args.kernel_config is not None:
+        from segmented_kernels import parse_config  # noqa: E402 - the same parser as the kernels' benchmark
+
+        try:
+            kernel_config = parse_config(args.kernel_config)
+        except ValueError as exc:
+            p.error(str(exc))
 
     repeats = args.repeats if args.repeats is not None else (3 if args.quick else 10)
     if repeats < 1:
@@ -513,7 +531,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = environment(dev)
     print(f"running on {env['device']} ({env['device_name']}), torch {env['torch']}, threads {env['threads']}, "
           f"N in {sources}, repeats {repeats} ...", file=sys.stderr, flush=True)
-    records = run(str(dev), sources, repeats, seed=args.seed, interleave=not args.sequential, verbose=True)
+    with segmented_triton.configured(kernel_config or segmented_triton.default_config()):
+        env["kernel_config"] = label_config(segmented_triton.default_config())
+        records = run(str(dev), sources, repeats, seed=args.seed, interleave=not args.sequential, verbose=True)
     print(format_report(records, env))
     if args.json:
         atomic_write_json(args.json, {

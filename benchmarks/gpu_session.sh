@@ -36,6 +36,12 @@ python3 -c "import torch, sys; print(sys.version.split()[0], torch.__version__, 
 for s in "$@"; do
   case $s in
     agg) step agg 120 python3 benchmarks/aggregation.py --device cuda --json "$OUT/agg.json" ;;
+    # the layer-wise kernels' forms and block sizes, alone and in a whole fedgp call (benchmarks/segmented_kernels.py)
+    kernels) step kernels 150 python3 benchmarks/segmented_kernels.py --device cuda --json "$OUT/kernels.json" ;;
+    # aggregation.py again with the configuration whose whole fedgp call was fastest at N = 4 in the kernels step
+    agg-best) best=$(python3 -c "import json, sys; r = [x for x in json.load(open(sys.argv[1]))['results'] if x['n_sources'] == 4 and x['row'].endswith(' fedgp')]; print(min(r, key=lambda x: x['median_ms'])['config'])" "$OUT/kernels.json") \
+                && echo "agg-best: $best" | tee -a "$OUT/steps.txt" \
+                && step agg-best 120 python3 benchmarks/aggregation.py --device cuda --kernel-config "$best" --json "$OUT/agg-best.json" ;;
     # the tests parametrised over devices, their CUDA cases only (the segmented kernels and the batched clients)
     gputest-cuda) step gputest-cuda 120 python3 -m pytest -q -p no:cacheprovider -k "cuda or gpu" tests/test_segmented.py tests/test_batched_clients.py ;;
     gputest) step gputest 240 python3 -m pytest -q -p no:cacheprovider tests/test_segmented.py tests/test_aggregation.py tests/test_federated.py tests/test_batched_clients.py ;;

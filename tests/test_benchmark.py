@@ -102,3 +102,25 @@ def test_baselines_benchmark_smoke(tmp_path):
         assert medians["source_only"]["ratio_to_source_only"] == 1.0
         assert all(m["seconds"] > 0 for m in medians.values())
     assert (tmp_path / "b.json").exists()
+
+
+def test_segmented_kernels_benchmark_smoke():
+    """benchmarks/segmented_kernels.py on the CPU (no Triton kernels there): the library's call, the call without
+    the finiteness check and the floor are timed; configurations are parsed with errors naming the entry."""
+    bench = _load("segmented_kernels")
+    records = bench.run("cpu", sources=(2, 3), repeats=2, shapes=[(8, 3, 3, 3), (8,), (10, 8)])
+    assert {(r["n_sources"], r["row"]) for r in records} == {
+        (n, row) for n in (2, 3) for row in ("copy floor", "fedgp", "fedgp without check")}
+    for r in records:
+        assert r["median_ms"] > 0 and math.isfinite(r["ratio_to_floor"])
+        assert r["two_pass_bound"] == (2 * r["n_sources"] + 3) / (2 * r["n_sources"])
+    assert "no Triton kernels" in bench.format_report(records, bench.environment(bench.resolve_device("cpu")))
+    assert bench.label(bench.parse_config("tile:8192:4")) == "tile:8192:4"
+    for bad in ["tile:8192", "tile:x:4", "warp:8192:4"]:
+        with pytest.raises(ValueError):
+            bench.parse_config(bad)
+    import fda_core.core.aggregation as agg
+    check = agg._check_finite
+    with bench._without_finiteness_check():
+        assert agg._check_finite is not check
+    assert agg._check_finite is check  # the library's check is back

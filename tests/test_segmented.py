@@ -298,17 +298,25 @@ def test_triton_kernels_in_the_interpreter():
         "import torch\n"
         "from fda_core.core import segmented_triton as T, segmented as G\n"
         "torch.manual_seed(0)\n"
-        "for lengths in [(5000, 3, 64, 2048, 4097), (10,)]:\n"
-        "    m = sum(lengths); S = torch.randn(3, m, dtype=torch.float64); t = torch.randn(m, dtype=torch.float64)\n"
-        "    table = T.chunk_table(lengths, torch.device('cpu'), torch.float64)\n"
+        "configs = [None, T.KernelConfig('loop', 256, 4), T.KernelConfig('tile', 256, 4), T.KernelConfig('tile', 8192, 8)]\n"
+        "for lengths, n in [((5000, 3, 64, 2048, 4097), 3), ((10,), 3), ((700, 1, 33), 5), ((300, 2), 1)]:\n"
+        "    m = sum(lengths); S = torch.randn(n, m, dtype=torch.float64); t = torch.randn(m, dtype=torch.float64)\n"
         "    plan = G.segment_plan(lengths, 'cpu', torch.float64)\n"
-        "    d, n2, t2 = T.reduce(S, t, table)\n"
-        "    torch.testing.assert_close(d, G.segment_dots(S, t, plan)); torch.testing.assert_close(n2, G.segment_sqnorms(S, plan))\n"
-        "    torch.testing.assert_close(t2, G.segment_sqnorms(t, plan))\n"
-        "    C = torch.randn(3, len(lengths), dtype=torch.float64); out = torch.full_like(t, float('nan'))\n"
-        "    sums = T.combine(S, t, torch.tensor(0.3, dtype=torch.float64), C, table, out)\n"
-        "    ref = G.segment_combine(S, t, 0.3, C, plan)\n"
-        "    torch.testing.assert_close(out, ref); torch.testing.assert_close(sums.sum(), ref.sum())\n"
+        "    for config in configs:\n"
+        "        table = T.table_for(lengths, S, config)\n"
+        "        d, n2, t2 = T.reduce(S, t, table, config)\n"
+        "        torch.testing.assert_close(d, G.segment_dots(S, t, plan)); torch.testing.assert_close(n2, G.segment_sqnorms(S, plan))\n"
+        "        torch.testing.assert_close(t2, G.segment_sqnorms(t, plan))\n"
+        "        C = torch.randn(n, len(lengths), dtype=torch.float64); out = torch.full_like(t, float('nan'))\n"
+        "        sums = T.combine(S, t, torch.tensor(0.3, dtype=torch.float64), C, table, out, config)\n"
+        "        ref = G.segment_combine(S, t, 0.3, C, plan)\n"
+        "        torch.testing.assert_close(out, ref); torch.testing.assert_close(sums.sum(), ref.sum())\n"
+        "try:\n"
+        "    T.reduce(S, t, T.table_for(lengths, S), T.KernelConfig('tile', 64, 4))\n"
+        "except ValueError as e:\n"
+        "    assert 'table_for' in str(e)\n"
+        "else:\n"
+        "    raise AssertionError('a table cut for another config was accepted')\n"
         "print('ok')\n")
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
@@ -316,22 +324,80 @@ def test_triton_kernels_in_the_interpreter():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("config", [None, "loop:1024:4", "tile:8192:8", "tile:4096:4"])
+@pytest.mark.parametrize("n_sources", [4, 5])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_gpu_layerwise_functions_equal_the_cpu_loop(dtype):
+def test_gpu_layerwise_functions_equal_the_cpu_loop(dtype, n_sources, config):
+    """Every kernel form (the library's default and the others ``benchmarks/segmented_kernels.py`` times) on CUDA."""
+    from contextlib import nullcontext
+
+    from fda_core.core.segmented_triton import KernelConfig, configured
+
     lengths = (9408, 64, 64, 36864, 1, 2048 * 3, 513)
     gen = torch.Generator().manual_seed(5)
     m = sum(lengths)
-    S = torch.randn(4, m, generator=gen, dtype=torch.float64)
+    S = torch.randn(n_sources, m, generator=gen, dtype=torch.float64)
     t = torch.randn(m, generator=gen, dtype=torch.float64)
-    C = torch.randn(4, len(lengths), generator=gen, dtype=torch.float64)
+    C = torch.randn(n_sources, len(lengths), generator=gen, dtype=torch.float64)
     dots, norms, tnorms, out = _loop(S, t, lengths, C, 0.3)
     tol = dict(rtol=1e-4, atol=1e-3) if dtype == torch.float32 else dict(rtol=1e-10, atol=1e-9)
     Sg, tg = S.to("cuda", dtype), t.to("cuda", dtype)
-    d, n2, t2 = layerwise_reductions(Sg, tg, lengths)
+    form = nullcontext() if config is None else configured(KernelConfig(*(
+        int(v) if v.isdigit() else v for v in config.split(":"))))
+    with form:
+        d, n2, t2 = layerwise_reductions(Sg, tg, lengths)
+        result = torch.full_like(tg, float("nan"))
+        sums = layerwise_combine(Sg, tg, 0.3, C.to("cuda", dtype), lengths, out=result)
     torch.testing.assert_close(d.double().cpu(), dots, **tol)
     torch.testing.assert_close(n2.double().cpu(), norms, **tol)
     torch.testing.assert_close(t2.double().cpu(), tnorms, **tol)
-    result = torch.full_like(tg, float("nan"))
-    sums = layerwise_combine(Sg, tg, 0.3, C.to("cuda", dtype), lengths, out=result)
     torch.testing.assert_close(result.double().cpu(), out, **tol)
     assert torch.isfinite(sums).all()
+
+
+def test_kernel_config_is_checked_and_sizes_its_chunks():
+    """The Triton kernels' configuration (defined whether or not Triton is importable): bad values name the field;
+    the tile form shrinks its chunk as N grows (block = N_pad · chunk)."""
+    from fda_core.core.segmented_triton import KernelConfig, configured, default_config
+
+    for kwargs, field in [({"form": "warp"}, "form"), ({"block": 1000}, "block"), ({"block": 8}, "block"),
+                          ({"num_warps": 3}, "num_warps")]:
+        with pytest.raises(ValueError, match=field):
+            KernelConfig(**kwargs)
+    assert KernelConfig("loop", 2048, 8).chunk(10) == 2048
+    assert [KernelConfig("tile", 8192, 8).chunk(n) for n in (1, 2, 3, 4, 5, 10, 16, 17)] == \
+        [8192, 4096, 2048, 2048, 1024, 512, 512, 256]
+    assert KernelConfig("tile", 32, 1).chunk(10) == 16  # never below 16 elements
+    before = default_config()
+    with pytest.raises(RuntimeError):
+        with configured(KernelConfig("tile", 4096, 4)) as c:
+            assert default_config() is c
+            raise RuntimeError("boom")
+    assert default_config() is before  # restored after an error
+    with pytest.raises(ValueError, match="KernelConfig"):
+        with configured("tile:4096:4"):
+            pass
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("rule", ["fedgp", "fedgp_cosine"])
+def test_segments_call_on_cuda_synchronises_the_host_once(rule):
+    """Python β, weights and alignment reach the device by asynchronous copies; the one host synchronisation left
+    is the finiteness check (torch's CUDA sync debug mode counts them)."""
+    import warnings
+
+    lengths = [300, 7, 2048 * 2 + 5]
+    S, t = torch.randn(3, sum(lengths), device="cuda"), torch.randn(sum(lengths), device="cuda")
+    out = torch.empty_like(t)
+    call = lambda: SEGMENT_RULES[rule](S, t, out=out, segments=lengths)  # noqa: E731
+    call()  # the first call builds and caches the chunk table
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            call()
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    syncs = [str(w.message) for w in caught if "synchroniz" in str(w.message).lower()]
+    assert len(syncs) == 1, syncs

@@ -371,9 +371,17 @@ def _check_weights(weights: BetaLike | None, blocks: _Blocks) -> Tensor:
 
 
 def _to_target_device(x: Tensor, blocks: _Blocks) -> Tensor:
-    """A host-checked per-source tensor on the target's device (no-op when it is there)."""
+    """A host-checked per-source tensor on the target's device (no-op when it is there).
+
+    To CUDA through pinned memory and an asynchronous copy: a blocking copy from pageable memory makes the host wait
+    for the stream (a synchronisation per call); torch's caching host allocator keeps the pinned block alive until
+    the copy has run."""
     ref = blocks.target[0]
-    return x if x.device == ref.device else x.to(ref.device)
+    if x.device == ref.device:
+        return x
+    if ref.device.type == "cuda" and x.device.type == "cpu":
+        return x.pin_memory().to(ref.device, non_blocking=True)
+    return x.to(ref.device)
 
 
 def _raise_non_finite(blocks: _Blocks) -> None:

@@ -186,7 +186,7 @@ def layerwise_reductions(sources: Tensor, target: Tensor, lengths: Sequence[int]
     the Triton kernels on a GPU that has them (one pass over S), else the chunked torch functions above."""
     kernels = _triton(sources)
     if kernels is not None and sources.stride(-1) == 1 and target.stride(-1) == 1:
-        return kernels.reduce(sources, target, kernels.chunk_table(tuple(lengths), sources.device, sources.dtype))
+        return kernels.reduce(sources, target, kernels.table_for(lengths, sources))
     plan = segment_plan(lengths, sources.device, sources.dtype)
     return segment_dots(sources, target, plan), segment_sqnorms(sources, plan), segment_sqnorms(target, plan)
 
@@ -198,7 +198,6 @@ def layerwise_combine(sources: Tensor, target: Tensor, target_coef: Tensor | flo
     kernels = _triton(sources)
     if kernels is not None and sources.stride(-1) == 1 and target.stride(-1) == 1 and out.is_contiguous():
         a = torch.as_tensor(target_coef, dtype=sources.dtype, device=sources.device)
-        return kernels.combine(sources, target, a, coefs,
-                               kernels.chunk_table(tuple(lengths), sources.device, sources.dtype), out)
+        return kernels.combine(sources, target, a, coefs, kernels.table_for(lengths, sources), out)
     segment_combine(sources, target, target_coef, coefs, segment_plan(lengths, sources.device, sources.dtype), out=out)
     return out.sum().reshape(1)

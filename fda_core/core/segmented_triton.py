@@ -11,12 +11,20 @@ One program per chunk:
 * ``_combine``: out = a·t + Σ_i C[i, k]·s_i on its chunk (k the chunk's segment): one more pass over S, one write
   of out, and the chunk's sum of out (the caller's finiteness check).
 
+Two forms of each kernel (:class:`KernelConfig`), same arithmetic: ``loop`` visits the sources one after another
+(one chunk of one source in flight per program, and for ``_reduce`` a block-wide reduction after each), ``tile``
+loads the chunk of every source at once as one (N_pad, BLOCK) tile (N_pad the next power of two ≥ N) and reduces
+it along one axis, so all N loads are in flight together; its BLOCK shrinks as N grows to keep the tile's registers
+bounded. Which is faster is a property of the device, measured by ``benchmarks/segmented_kernels.py``.
+
 Used only on CUDA devices when Triton is importable (:func:`available`); the CPU (and any device without Triton)
 uses the pure-torch functions. Float32 and float64 inputs; partial sums accumulate in the input's dtype.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -29,10 +37,63 @@ try:  # Triton ships with CUDA builds of torch; the CPU wheel has none
 except ImportError:  # pragma: no cover - exercised where Triton is missing
     triton = None
 
-__all__ = ["available", "ChunkTable", "chunk_table", "reduce", "combine", "BLOCK"]
+__all__ = ["available", "ChunkTable", "chunk_table", "reduce", "combine", "BLOCK", "KernelConfig", "default_config",
+           "table_for", "configured", "FORMS"]
 
-#: elements per program: 2,048 float32 = 8 KB per source and program, 16-byte loads with 8 warps
+#: elements per program of the ``loop`` form: 2,048 float32 = 8 KB per source and program, 16-byte loads with 8 warps
 BLOCK = 2048
+#: the kernels' forms (see the module docstring)
+FORMS = ("loop", "tile")
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """How the kernels cut the work: ``form`` (``loop`` or ``tile``), ``block`` (elements per program; for ``tile``
+    the tile's elements, N_pad·BLOCK, so that BLOCK = block // N_pad) and ``num_warps``."""
+
+    form: str = "loop"
+    block: int = BLOCK
+    num_warps: int = 8
+
+    def __post_init__(self) -> None:
+        if self.form not in FORMS:
+            raise ValueError(f"form must be one of {FORMS}, got {self.form!r}")
+        if not (isinstance(self.block, int) and self.block >= 16 and self.block & (self.block - 1) == 0):
+            raise ValueError(f"block must be a power of two >= 16, got {self.block!r}")
+        if self.num_warps not in (1, 2, 4, 8, 16, 32):
+            raise ValueError(f"num_warps must be a power of two from 1 to 32, got {self.num_warps!r}")
+
+    def chunk(self, n_sources: int) -> int:
+        """Elements per program (the chunk length) for ``n_sources`` sources."""
+        if self.form == "loop":
+            return self.block
+        return max(16, self.block // _pad(n_sources))
+
+
+#: the configuration the library uses (``loop``, 2,048 elements, 8 warps: the form measured on H100s in 2026-11)
+_DEFAULT = KernelConfig()
+
+
+def default_config() -> KernelConfig:
+    """The :class:`KernelConfig` that :func:`reduce` and :func:`combine` use when given none."""
+    return _DEFAULT
+
+
+@contextmanager
+def configured(config: KernelConfig) -> Iterator[KernelConfig]:
+    """Use ``config`` as the default inside a ``with`` block (benchmarks compare the forms this way)."""
+    global _DEFAULT
+    if not isinstance(config, KernelConfig):
+        raise ValueError(f"config must be a KernelConfig, got {type(config).__name__}")
+    before, _DEFAULT = _DEFAULT, config
+    try:
+        yield config
+    finally:
+        _DEFAULT = before
+
+
+def _pad(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
 
 
 def available(device: torch.device | str) -> bool:
@@ -42,9 +103,10 @@ def available(device: torch.device | str) -> bool:
 
 @dataclass(frozen=True)
 class ChunkTable:
-    """Chunks that never straddle a segment: start (P,), length (P,), segment (P,) as int32 on the device,
-    and the (L, P) 0/1 matrix that sums per-chunk partials into per-segment sums."""
+    """Chunks of at most ``block`` elements that never straddle a segment: start (P,), length (P,), segment (P,) as
+    int32 on the device, and the (L, P) 0/1 matrix that sums per-chunk partials into per-segment sums."""
 
+    block: int
     starts: Tensor
     lengths: Tensor
     segments: Tensor
@@ -55,25 +117,26 @@ class ChunkTable:
         return self.starts.numel()
 
 
-def chunk_table(lengths: tuple[int, ...], device: torch.device, dtype: torch.dtype) -> ChunkTable:
-    return _table(tuple(int(n) for n in lengths), torch.device(device), dtype)
+def chunk_table(lengths: tuple[int, ...], device: torch.device, dtype: torch.dtype, block: int = BLOCK) -> ChunkTable:
+    """Chunks of at most ``block`` elements that never straddle one of the segments ``lengths`` (cached)."""
+    return _table(tuple(int(n) for n in lengths), torch.device(device), dtype, int(block))
 
 
 @lru_cache(maxsize=32)
-def _table(lengths: tuple[int, ...], device: torch.device, dtype: torch.dtype) -> ChunkTable:
+def _table(lengths: tuple[int, ...], device: torch.device, dtype: torch.dtype, block: int) -> ChunkTable:
     starts, lens, segs = [], [], []
     offset = 0
     for k, n in enumerate(lengths):
-        for s in range(0, n, BLOCK):
+        for s in range(0, n, block):
             starts.append(offset + s)
-            lens.append(min(BLOCK, n - s))
+            lens.append(min(block, n - s))
             segs.append(k)
         offset += n
     seg = torch.tensor(segs, dtype=torch.int64)
     onehot = torch.zeros(len(lengths), len(segs), dtype=dtype)
     onehot[seg, torch.arange(len(segs))] = 1
     as32 = lambda v: torch.tensor(v, dtype=torch.int32, device=device)  # noqa: E731
-    return ChunkTable(as32(starts), as32(lens), seg.to(torch.int32).to(device), onehot.to(device))
+    return ChunkTable(block, as32(starts), as32(lens), seg.to(torch.int32).to(device), onehot.to(device))
 
 
 if triton is not None:
@@ -114,6 +177,42 @@ if triton is not None:
         tl.store(OUT + start + offs, acc, mask=mask)
         tl.store(sums + p, tl.sum(acc, axis=0))
 
+    @triton.jit
+    def _reduce_tile_kernel(S, T, starts, lens, partial, tpartial, stride_s, n_sources,
+                            N_PAD: tl.constexpr, BLOCK: tl.constexpr):
+        p = tl.program_id(0)
+        start = tl.load(starts + p)
+        n = tl.load(lens + p)
+        offs = tl.arange(0, BLOCK)
+        mask = offs < n
+        rows = tl.arange(0, N_PAD)
+        row_mask = rows < n_sources
+        t = tl.load(T + start + offs, mask=mask, other=0.0)
+        s_ptr = S + rows.to(tl.int64)[:, None] * stride_s + (start + offs)[None, :]  # (N_PAD, BLOCK), all in flight
+        s = tl.load(s_ptr, mask=row_mask[:, None] & mask[None, :], other=0.0)
+        tl.store(tpartial + p, tl.sum(t * t, axis=0))
+        out = partial + p * 2 * n_sources + 2 * rows
+        tl.store(out, tl.sum(s * t[None, :], axis=1), mask=row_mask)
+        tl.store(out + 1, tl.sum(s * s, axis=1), mask=row_mask)
+
+    @triton.jit
+    def _combine_tile_kernel(S, T, OUT, starts, lens, segs, coefs, target_coef, sums, n_segments, stride_s,
+                             n_sources, N_PAD: tl.constexpr, BLOCK: tl.constexpr):
+        p = tl.program_id(0)
+        start = tl.load(starts + p)
+        n = tl.load(lens + p)
+        k = tl.load(segs + p)
+        offs = tl.arange(0, BLOCK)
+        mask = offs < n
+        rows = tl.arange(0, N_PAD)
+        row_mask = rows < n_sources
+        c = tl.load(coefs + rows * n_segments + k, mask=row_mask, other=0.0)
+        s_ptr = S + rows.to(tl.int64)[:, None] * stride_s + (start + offs)[None, :]
+        s = tl.load(s_ptr, mask=row_mask[:, None] & mask[None, :], other=0.0)
+        acc = tl.load(T + start + offs, mask=mask, other=0.0) * tl.load(target_coef) + tl.sum(c[:, None] * s, axis=0)
+        tl.store(OUT + start + offs, acc, mask=mask)
+        tl.store(sums + p, tl.sum(acc, axis=0))
+
 
 def _check(sources: Tensor, target: Tensor) -> None:
     if sources.dtype not in (torch.float32, torch.float64) or target.dtype != sources.dtype:
@@ -123,28 +222,58 @@ def _check(sources: Tensor, target: Tensor) -> None:
         raise ValueError("the Triton path needs rows with unit stride")
 
 
-def reduce(sources: Tensor, target: Tensor, table: ChunkTable) -> tuple[Tensor, Tensor, Tensor]:
-    """(⟨t_k, s_ik⟩ (N, L), ‖s_ik‖² (N, L), ‖t_k‖² (L,)) from sources (N, m) and target (m,): one pass over S."""
+def table_for(lengths, sources: Tensor, config: KernelConfig | None = None) -> ChunkTable:
+    """The chunk table of segments ``lengths`` for ``sources`` (N, m) under ``config`` (default: the library's)."""
+    config = config or _DEFAULT
+    return chunk_table(tuple(lengths), sources.device, sources.dtype, config.chunk(sources.shape[0]))
+
+
+def reduce(sources: Tensor, target: Tensor, table: ChunkTable,
+           config: KernelConfig | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """(⟨t_k, s_ik⟩ (N, L), ‖s_ik‖² (N, L), ‖t_k‖² (L,)) from sources (N, m) and target (m,): one pass over S.
+    ``table`` must have been cut for ``config`` (:func:`table_for`)."""
     _check(sources, target)
+    config = _checked_config(config, table, sources.shape[0])
     n, p = sources.shape[0], table.n_chunks
     partial = torch.empty(p, n, 2, dtype=sources.dtype, device=sources.device)
     tpartial = torch.empty(p, 1, dtype=sources.dtype, device=sources.device)
-    _reduce_kernel[(p,)](sources, target, table.starts, table.lengths, partial, tpartial, sources.stride(0),
-                         n_sources=n, BLOCK=BLOCK, num_warps=8)
+    if config.form == "loop":
+        _reduce_kernel[(p,)](sources, target, table.starts, table.lengths, partial, tpartial, sources.stride(0),
+                             n_sources=n, BLOCK=table.block, num_warps=config.num_warps)
+    else:
+        _reduce_tile_kernel[(p,)](sources, target, table.starts, table.lengths, partial, tpartial, sources.stride(0),
+                                  n, N_PAD=_pad(n), BLOCK=table.block, num_warps=config.num_warps)
     per_segment = torch.mm(table.chunk_to_segment.to(sources.dtype), torch.cat([partial.view(p, 2 * n), tpartial], 1))
     both = per_segment[:, :2 * n].view(-1, n, 2)  # (L, N, 2)
     return both[..., 0].T, both[..., 1].T, per_segment[:, 2 * n]
 
 
 def combine(sources: Tensor, target: Tensor, target_coef: Tensor, coefs: Tensor, table: ChunkTable,
-            out: Tensor) -> Tensor:
+            out: Tensor, config: KernelConfig | None = None) -> Tensor:
     """out = a·t + Σ_i C[i, seg(j)]·s_i[j] for sources (N, m), target (m,), a 0-d ``target_coef`` and C (N, L)
-    (contiguous); returns the per-chunk sums of out (P,) for a finiteness check. ``out`` may be ``target``."""
+    (contiguous); returns the per-chunk sums of out (P,) for a finiteness check. ``out`` may be ``target``.
+    ``table`` must have been cut for ``config`` (:func:`table_for`)."""
     _check(sources, target)
+    config = _checked_config(config, table, sources.shape[0])
     n, p = sources.shape[0], table.n_chunks
     sums = torch.empty(p, dtype=sources.dtype, device=sources.device)
     coefs = coefs.to(sources.dtype).contiguous()
     a = target_coef.to(device=sources.device, dtype=sources.dtype).reshape(1)
-    _combine_kernel[(p,)](sources, target, out, table.starts, table.lengths, table.segments, coefs, a, sums,
-                          coefs.shape[1], sources.stride(0), n_sources=n, BLOCK=BLOCK, num_warps=8)
+    if config.form == "loop":
+        _combine_kernel[(p,)](sources, target, out, table.starts, table.lengths, table.segments, coefs, a, sums,
+                              coefs.shape[1], sources.stride(0), n_sources=n, BLOCK=table.block,
+                              num_warps=config.num_warps)
+    else:
+        _combine_tile_kernel[(p,)](sources, target, out, table.starts, table.lengths, table.segments, coefs, a, sums,
+                                   coefs.shape[1], sources.stride(0), n, N_PAD=_pad(n), BLOCK=table.block,
+                                   num_warps=config.num_warps)
     return sums
+
+
+def _checked_config(config: KernelConfig | None, table: ChunkTable, n_sources: int) -> KernelConfig:
+    config = config or _DEFAULT
+    if config.chunk(n_sources) != table.block:
+        raise ValueError(f"the chunk table was cut into chunks of {table.block} elements but config {config} uses "
+                         f"{config.chunk(n_sources)} for {n_sources} sources; build it with table_for(lengths, sources, "
+                         "config)")
+    return config

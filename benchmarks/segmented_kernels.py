@@ -1,0 +1,239 @@
+"""The layer-wise kernels' forms and sizes on a GPU, and what one layer-wise FedGP call costs beyond them.
+
+Issue 17's aggregation target is FedGP within 2× of the device's copy floor on ResNet-18-shaped updates (62 tensors,
+11.7 M parameters). The rule makes two passes over the sources (:mod:`fda_core.core.segmented_triton`): ``reduce``
+reads the N sources and the target for the per-segment dots and squared norms, ``combine`` reads them again and
+writes the result, (2N + 3)·m floats against the copy's 2N·m, so 1.375× the floor at N = 4 and 1.15× at N = 10 is
+the least two passes can cost. This script measures, in one run on one device, for every kernel configuration
+(``--configs``, each ``form:block:num_warps``, see :class:`~fda_core.core.segmented_triton.KernelConfig`):
+
+* ``reduce`` and ``combine`` alone (each checked first against a float64 reference on the same device);
+* ``fedgp``: one whole call ``fedgp(S, t, 0.5, out=out, segments=lengths)`` with that configuration, what the
+  federated engine calls once per round (``benchmarks/aggregation.py``'s ``segments+out``);
+* ``fedgp without check``: the same call with the finiteness check (one host synchronisation) switched off,
+  to show what that synchronisation costs (the library always checks); the report also counts the host
+  synchronisations of one call (torch's CUDA sync debug mode);
+
+and the copy floor ``dst.copy_(S)``. Times are medians of ``--repeats`` calls, timed in turns (one call of each per
+round), each between two ``torch.cuda.synchronize()`` with ``time.perf_counter``, as in ``benchmarks/aggregation.py``.
+Ratios are to the floor of the same run. Without CUDA and Triton (the CPU), only ``fedgp`` (the library's CPU
+path), ``fedgp without check`` and the floor are timed.
+
+Usage::
+
+    python benchmarks/segmented_kernels.py [--device cuda] [--sources 4 10] [--repeats 30]
+                                           [--configs loop:2048:8 tile:8192:8 ...] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import statistics
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from aggregation import (BETA, _as_named, environment, label_config, make_updates, resolve_device,  # noqa: E402
+                         time_round_robin)
+
+import fda_core.core.aggregation as aggregation_module  # noqa: E402
+from fda_core.common.files import atomic_write_json  # noqa: E402
+from fda_core.core import segmented_triton  # noqa: E402
+from fda_core.core.aggregation import fedgp  # noqa: E402
+from fda_core.core.segmented import segment_combine, segment_dots, segment_plan, segment_sqnorms  # noqa: E402
+from fda_core.core.segmented_triton import KernelConfig  # noqa: E402
+
+#: the forms measured by default: the library's (first), block sizes around it, and the tile form
+DEFAULT_CONFIGS = ("loop:2048:8", "loop:1024:4", "loop:4096:8", "tile:8192:8", "tile:4096:4", "tile:16384:8")
+
+
+def parse_config(text: str) -> KernelConfig:
+    """``form:block:num_warps`` (e.g. ``tile:8192:8``) as a :class:`KernelConfig` (ValueError naming the problem)."""
+    parts = text.split(":")
+    if len(parts) != 3:
+        raise ValueError(f"--configs entries are form:block:num_warps (e.g. tile:8192:8), got {text!r}")
+    try:
+        block, warps = int(parts[1]), int(parts[2])
+    except ValueError:
+        raise ValueError(f"--configs {text!r}: block and num_warps must be integers") from None
+    return KernelConfig(parts[0], block, warps)
+
+
+def label(config: KernelConfig) -> str:
+    return label_config(config)
+
+
+@contextlib.contextmanager
+def _without_finiteness_check():
+    """Switch the rules' finiteness check (and its host synchronisation) off: a measurement, never the library's."""
+    saved = aggregation_module._check_finite
+    aggregation_module._check_finite = lambda *args, **kwargs: None
+    try:
+        yield
+    finally:
+        aggregation_module._check_finite = saved
+
+
+def _check_kernels(S: torch.Tensor, t: torch.Tensor, lengths: list[int], config: KernelConfig) -> float:
+    """Largest relative error of ``config``'s kernels against a float64 reference on the same device."""
+    plan = segment_plan(lengths, S.device, torch.float64)
+    S64, t64 = S.double(), t.double()
+    table = segmented_triton.table_for(lengths, S, config)
+    dots, norms2, tnorms2 = segmented_triton.reduce(S, t, table, config)
+    gen = torch.Generator().manual_seed(1)
+    C = torch.randn(S.shape[0], len(lengths), generator=gen, dtype=torch.float64).to(S.device)
+    out = torch.full_like(t, float("nan"))
+    segmented_triton.combine(S, t, torch.tensor(0.3, device=S.device), C.float(), table, out, config)
+    pairs = [(dots, segment_dots(S64, t64, plan)), (norms2, segment_sqnorms(S64, plan)),
+             (tnorms2, segment_sqnorms(t64, plan)), (out, segment_combine(S64, t64, 0.3, C, plan))]
+    worst = 0.0
+    for got, ref in pairs:
+        err = float(((got.double() - ref).abs() / (ref.abs() + 1e-3 * ref.abs().max())).max())
+        if not err < 1e-3:
+            raise AssertionError(f"config {label(config)}: relative error {err:.2e} against the float64 reference")
+        worst = max(worst, err)
+    return worst
+
+
+def run(device: str = "cuda", sources: Sequence[int] = (4, 10), repeats: int = 30,
+        configs: Sequence[KernelConfig] | None = None, shapes: Sequence[Any] | None = None, seed: int = 0) -> list[dict]:
+    """One record per (N, row): ``n_sources``, ``row``, ``config`` (or None), ``median_ms``, ``times_ms``,
+    ``ratio_to_floor``, ``two_pass_bound`` ((2N + 3) / 2N, the least a two-pass rule costs in floors) and, for kernel
+    rows, ``max_rel_error`` against float64. ``shapes`` overrides ResNet-18's (see ``benchmarks/aggregation.py``)."""
+    dev = resolve_device(device)
+    named = _as_named(shapes)
+    lengths = [math.prod(s) for _, s in named]
+    kernels = segmented_triton.available(dev)
+    configs = list(configs) if configs is not None else [parse_config(c) for c in DEFAULT_CONFIGS]
+    if not kernels:
+        configs = []
+    records: list[dict] = []
+    for n in sources:
+        if int(n) < 1:
+            raise ValueError(f"number of sources must be >= 1, got {n}")
+        S, t = make_updates(named, int(n), dev, seed)[:2]
+        out, dst = torch.empty_like(t), torch.empty_like(S)
+        errors: dict[str, float] = {}
+        fns: dict[str, Callable[[], Any]] = {"copy floor": lambda: dst.copy_(S)}
+        a = torch.tensor(0.3, device=dev)
+        for config in configs:
+            name = label(config)
+            errors[name] = _check_kernels(S, t, lengths, config)
+            table = segmented_triton.table_for(lengths, S, config)
+            C = torch.rand(int(n), len(lengths), device=dev)
+            fns[f"{name} reduce"] = lambda c=config, tb=table: segmented_triton.reduce(S, t, tb, c)
+            fns[f"{name} combine"] = lambda c=config, tb=table, C=C: segmented_triton.combine(S, t, a, C, tb, out, c)
+            fns[f"{name} fedgp"] = lambda c=config: _with(c, False, lambda: fedgp(S, t, BETA, out=out, segments=lengths))
+            fns[f"{name} fedgp without check"] = lambda c=config: _with(
+                c, True, lambda: fedgp(S, t, BETA, out=out, segments=lengths))
+        if not kernels:
+            fns["fedgp"] = lambda: fedgp(S, t, BETA, out=out, segments=lengths)
+            fns["fedgp without check"] = lambda: _with(None, True, lambda: fedgp(S, t, BETA, out=out, segments=lengths))
+        times = time_round_robin(fns, dev, repeats, warmup=3)
+        syncs = {row: host_syncs(fn, dev) for row, fn in fns.items() if row.endswith("fedgp")}
+        floor = statistics.median(times["copy floor"])
+        for row, ts in times.items():
+            med = statistics.median(ts)
+            config = row.split(" ")[0] if configs and row != "copy floor" else None
+            records.append({
+                "n_sources": int(n), "row": row, "config": config, "median_ms": med * 1e3,
+                "times_ms": [x * 1e3 for x in ts], "ratio_to_floor": med / floor if floor > 0 else float("inf"),
+                "two_pass_bound": (2 * int(n) + 3) / (2 * int(n)), "n_params": sum(lengths), "n_tensors": len(lengths),
+                "max_rel_error": errors.get(config) if config else None, "host_syncs": syncs.get(row),
+            })
+        del S, t, out, dst
+    return records
+
+
+def host_syncs(fn: Callable[[], Any], device: torch.device) -> int | None:
+    """How many host synchronisations one call of ``fn`` makes, as torch's CUDA sync debug mode reports them
+    (blocking copies, ``.item()``, ``bool()`` of a device tensor); None off CUDA."""
+    if device.type != "cuda":
+        return None
+    torch.cuda.synchronize(device)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    return sum("synchroniz" in str(w.message).lower() for w in caught)
+
+
+def _with(config: KernelConfig | None, no_check: bool, fn: Callable[[], Any]) -> Any:
+    with contextlib.ExitStack() as stack:
+        if config is not None:
+            stack.enter_context(segmented_triton.configured(config))
+        if no_check:
+            stack.enter_context(_without_finiteness_check())
+        return fn()
+
+
+def format_report(records: list[dict], env: dict) -> str:
+    lines = [f"layer-wise FedGP kernels, float32, {records[0]['n_tensors']} tensors, {records[0]['n_params']:,} "
+             f"parameters; device {env['device']} ({env['device_name']}), torch {env['torch']}", "",
+             f"{'N':>3}  {'row':<34} {'median ms':>10} {'x floor':>8}", "-" * 60]
+    for r in records:
+        lines.append(f"{r['n_sources']:>3}  {r['row']:<34} {r['median_ms']:>10.3f} {r['ratio_to_floor']:>8.2f}")
+    lines.append("")
+    for n in sorted({r["n_sources"] for r in records}):
+        rows = {r["row"]: r for r in records if r["n_sources"] == n}
+        bound = (2 * n + 3) / (2 * n)
+        cfgs = sorted({r["config"] for r in rows.values() if r["config"]})
+        if cfgs:
+            both = {c: rows[f"{c} reduce"]["median_ms"] + rows[f"{c} combine"]["median_ms"] for c in cfgs}
+            best = min(both, key=both.get)
+            call = {c: rows[f"{c} fedgp"]["median_ms"] for c in cfgs}
+            best_call = min(call, key=call.get)
+            floor = rows["copy floor"]["median_ms"]
+            lines.append(f"  N={n}: host synchronisations per fedgp call: {rows[f'{cfgs[0]} fedgp']['host_syncs']}")
+            lines.append(f"  N={n}: two passes cost at least {bound:.3f}x the floor by bytes; reduce+combine best "
+                         f"{best} {both[best]:.3f} ms ({both[best] / floor:.2f}x), library default "
+                         f"{label(segmented_triton.default_config())}; whole call best {best_call} "
+                         f"{call[best_call]:.3f} ms ({call[best_call] / floor:.2f}x; without the check "
+                         f"{rows[f'{best_call} fedgp without check']['median_ms']:.3f} ms)")
+        else:
+            lines.append(f"  N={n}: no Triton kernels on this device; fedgp {rows['fedgp']['ratio_to_floor']:.2f}x "
+                         f"the floor, without the check {rows['fedgp without check']['ratio_to_floor']:.2f}x")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="auto: cuda if available")
+    p.add_argument("--sources", type=int, nargs="+", default=[4, 10], metavar="N", help="numbers of sources N")
+    p.add_argument("--repeats", type=int, default=30, help="timed calls per row (default 30)")
+    p.add_argument("--configs", nargs="+", default=list(DEFAULT_CONFIGS), metavar="FORM:BLOCK:WARPS",
+                   help=f"kernel configurations (default {' '.join(DEFAULT_CONFIGS)})")
+    p.add_argument("--json", metavar="OUT", default=None, help="write the records as JSON")
+    args = p.parse_args(argv)
+    if args.repeats < 1:
+        p.error("--repeats must be >= 1")
+    try:
+        configs = [parse_config(c) for c in args.configs]
+    except ValueError as exc:
+        p.error(str(exc))
+    dev = resolve_device(args.device)
+    env = environment(dev)
+    records = run(str(dev), args.sources, args.repeats, configs)
+    print(format_report(records, env))
+    if args.json:
+        atomic_write_json(args.json, {"benchmark": "segmented_kernels", "beta": BETA, "repeats": args.repeats,
+                                      "configs": args.configs, "environment": env, "results": records})
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
