@@ -65,7 +65,7 @@ for s in "$@"; do
     nb07p) step nb07p "${NB_LIMIT:-110}" python3 -m fda_core run 07 -p paper_scale true --out /tmp/executed --no-progress ;;
     nb08p) step nb08p "${NB_LIMIT:-200}" python3 -m fda_core run 08 -p paper_scale true --out /tmp/executed --no-progress ;;
     inb) step inb 170 python3 benchmarks/inb.py --device cuda --threads 0 --json "$OUT/inb.json" ;;
-    inb-paper) step inb-paper 170 python3 benchmarks/inb.py --device cuda --threads 0 --n-per-class 500 --no-reference --json "$OUT/inb-paper.json" ;;
+    inb-paper) step inb-paper 170 python3 benchmarks/inb.py --device cuda --threads 0 --n-per-class 499 --no-reference --json "$OUT/inb-paper.json" ;;
     *) echo "unknown step $s"; exit 2 ;;
   esac
 done

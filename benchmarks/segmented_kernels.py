@@ -167,7 +167,7 @@ def host_syncs(fn: Callable[[], Any], device: torch.device) -> int | None:
             fn()
         finally:
             torch.cuda.set_sync_debug_mode(0)
-    return sum("synchroniz" in str(w.message).lower() for w in caught)
+    return sum("called a synchronizing" in str(w.message) for w in caught)
 
 
 def _with(config: KernelConfig | None, no_check: bool, fn: Callable[[], Any]) -> Any:

@@ -399,5 +399,5 @@ def test_segments_call_on_cuda_synchronises_the_host_once(rule):
             call()
         finally:
             torch.cuda.set_sync_debug_mode(0)
-    syncs = [str(w.message) for w in caught if "synchroniz" in str(w.message).lower()]
+    syncs = [str(w.message) for w in caught if "called a synchronizing" in str(w.message)]
     assert len(syncs) == 1, syncs

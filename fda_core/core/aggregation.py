@@ -380,7 +380,7 @@ def _to_target_device(x: Tensor, blocks: _Blocks) -> Tensor:
     if x.device == ref.device:
         return x
     if ref.device.type == "cuda" and x.device.type == "cpu":
-        return x.pin_memory().to(ref.device, non_blocking=True)
+        return x.contiguous().pin_memory().to(ref.device, non_blocking=True)
     return x.to(ref.device)
 
 
