@@ -13,6 +13,9 @@ the least two passes can cost. This script measures, in one run on one device, f
 * ``fedgp without check``: the same call with the finiteness check (one host synchronisation) switched off,
   to show what that synchronisation costs (the library always checks); the report also counts the host
   synchronisations of one call (torch's CUDA sync debug mode);
+* ``arithmetic only``: the call's arithmetic without its argument handling (:func:`layerwise_fedgp_arithmetic`, the
+  library's kernel configuration), eagerly and, on CUDA, replayed from a CUDA graph, each with the finiteness
+  check's synchronisation: what a call would cost with its host work gone;
 
 and the copy floor ``dst.copy_(S)``. Times are medians of ``--repeats`` calls, timed in turns (one call of each per
 round), each between two ``torch.cuda.synchronize()`` with ``time.perf_counter``, as in ``benchmarks/aggregation.py``.
@@ -49,7 +52,8 @@ import fda_core.core.aggregation as aggregation_module  # noqa: E402
 from fda_core.common.files import atomic_write_json  # noqa: E402
 from fda_core.core import segmented_triton  # noqa: E402
 from fda_core.core.aggregation import fedgp  # noqa: E402
-from fda_core.core.segmented import segment_combine, segment_dots, segment_plan, segment_sqnorms  # noqa: E402
+from fda_core.core.segmented import (layerwise_combine, layerwise_reductions, segment_combine,  # noqa: E402
+                                     segment_dots, segment_plan, segment_sqnorms)
 from fda_core.core.segmented_triton import KernelConfig  # noqa: E402
 
 #: the forms measured by default: the library's (first), block sizes around it, and the tile form
@@ -135,6 +139,18 @@ def run(device: str = "cuda", sources: Sequence[int] = (4, 10), repeats: int = 3
             fns[f"{name} fedgp"] = lambda c=config: _with(c, False, lambda: fedgp(S, t, BETA, out=out, segments=lengths))
             fns[f"{name} fedgp without check"] = lambda c=config: _with(
                 c, True, lambda: fedgp(S, t, BETA, out=out, segments=lengths))
+        # the library's configuration: the call's arithmetic alone, eagerly and (CUDA) replayed from a CUDA graph, each
+        # followed by the finiteness check's one synchronisation on the per-chunk sums
+        wb = torch.full((int(n),), BETA / int(n), device=dev)
+        arithmetic = lambda: layerwise_fedgp_arithmetic(S, t, wb, lengths, out)  # noqa: E731
+        reference = fedgp(S, t, BETA, segments=lengths)
+        arithmetic()
+        if not torch.allclose(out, reference, rtol=1e-4, atol=1e-5):
+            raise AssertionError("the arithmetic alone does not reproduce fedgp(segments=...)")
+        fns["arithmetic only, eager"] = lambda: bool(torch.isfinite(arithmetic()).all())
+        if dev.type == "cuda":
+            replay, sums = captured(arithmetic)
+            fns["arithmetic only, CUDA graph replay"] = lambda: (replay(), bool(torch.isfinite(sums).all()))
         if not kernels:
             fns["fedgp"] = lambda: fedgp(S, t, BETA, out=out, segments=lengths)
             fns["fedgp without check"] = lambda: _with(None, True, lambda: fedgp(S, t, BETA, out=out, segments=lengths))
@@ -143,7 +159,7 @@ def run(device: str = "cuda", sources: Sequence[int] = (4, 10), repeats: int = 3
         floor = statistics.median(times["copy floor"])
         for row, ts in times.items():
             med = statistics.median(ts)
-            config = row.split(" ")[0] if configs and row != "copy floor" else None
+            config = row.split(" ")[0] if row.split(" ")[0] in errors else None
             records.append({
                 "n_sources": int(n), "row": row, "config": config, "median_ms": med * 1e3,
                 "times_ms": [x * 1e3 for x in ts], "ratio_to_floor": med / floor if floor > 0 else float("inf"),
@@ -152,6 +168,32 @@ def run(device: str = "cuda", sources: Sequence[int] = (4, 10), repeats: int = 3
             })
         del S, t, out, dst
     return records
+
+
+def layerwise_fedgp_arithmetic(S: torch.Tensor, t: torch.Tensor, wb: torch.Tensor, lengths: Sequence[int],
+                               out: torch.Tensor) -> torch.Tensor:
+    """The arithmetic of one layer-wise FedGP call and nothing else (docs/theory.md § Layer-wise application): the
+    per-segment reductions, c_ik = wb_i·max(⟨t_k, s_ik⟩, 0)/‖s_ik‖² (0 for a zero segment), and the combination
+    into ``out``; returns the per-chunk sums of ``out`` that the library's finiteness check reads. No argument checks,
+    no host synchronisation: what a call would cost if its host work were gone (eagerly, or replayed from a CUDA
+    graph). ``wb`` (N,) on the device: w_i·β_i (β weights the source part)."""
+    dots, norms2, _ = layerwise_reductions(S, t, lengths)
+    coefs = torch.where(norms2 > 0, dots.clamp_min(0) / norms2, 0.0) * wb.unsqueeze(1)
+    return layerwise_combine(S, t, 1.0 - wb.sum(), coefs, lengths, out=out)
+
+
+def captured(fn: Callable[[], Any]) -> tuple[Callable[[], Any], Any]:
+    """``fn`` captured once in a CUDA graph (after warm-up calls on a side stream): (replay, the captured result)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        result = fn()
+    return graph.replay, result
 
 
 def host_syncs(fn: Callable[[], Any], device: torch.device) -> int | None:
@@ -202,7 +244,11 @@ def format_report(records: list[dict], env: dict) -> str:
                          f"{label(segmented_triton.default_config())}; whole call best {best_call} "
                          f"{call[best_call]:.3f} ms ({call[best_call] / floor:.2f}x; without the check "
                          f"{rows[f'{best_call} fedgp without check']['median_ms']:.3f} ms)")
-        else:
+        for row in ("arithmetic only, eager", "arithmetic only, CUDA graph replay"):
+            if row in rows:
+                lines.append(f"  N={n}: {row} (library's configuration, with the check): {rows[row]['median_ms']:.3f} ms "
+                             f"({rows[row]['ratio_to_floor']:.2f}x)")
+        if not cfgs:
             lines.append(f"  N={n}: no Triton kernels on this device; fedgp {rows['fedgp']['ratio_to_floor']:.2f}x "
                          f"the floor, without the check {rows['fedgp without check']['ratio_to_floor']:.2f}x")
     return "\n".join(lines)

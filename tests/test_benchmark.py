@@ -110,7 +110,7 @@ def test_segmented_kernels_benchmark_smoke():
     bench = _load("segmented_kernels")
     records = bench.run("cpu", sources=(2, 3), repeats=2, shapes=[(8, 3, 3, 3), (8,), (10, 8)])
     assert {(r["n_sources"], r["row"]) for r in records} == {
-        (n, row) for n in (2, 3) for row in ("copy floor", "fedgp", "fedgp without check")}
+        (n, row) for n in (2, 3) for row in ("copy floor", "fedgp", "fedgp without check", "arithmetic only, eager")}
     for r in records:
         assert r["median_ms"] > 0 and math.isfinite(r["ratio_to_floor"])
         assert r["two_pass_bound"] == (2 * r["n_sources"] + 3) / (2 * r["n_sources"])
