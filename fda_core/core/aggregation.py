@@ -663,8 +663,9 @@ def _projection_coefs(blocks: _Blocks, wb: Tensor, mode: str, scale: Tensor | No
         # Papers' implementation (FedGP paper App. B.2, Eq. B.2; healthcare paper Eq. 4-6): per-layer
         # cosine with threshold 0, times a magnitude-alignment factor a_i instead of ‖g_T‖/‖g_i‖.
         denom = norms2.sqrt() * tnorm
-    safe = torch.where(denom > 0, denom, torch.ones_like(denom))
-    factor = torch.where(denom > 0, (dots.clamp_min(0) if filter_negative else dots) / safe, torch.zeros_like(dots))
+    # where the denominator is 0 (a zero source, or ‖g_T‖ = 0) the factor is 0; the division's inf/NaN there is not
+    # selected, and where it is selected it divides by denom itself, so the bits are those of dividing by a safe copy
+    factor = torch.where(denom > 0, (dots.clamp_min(0) if filter_negative else dots) / denom, 0.0)
     if scale is not None:
         factor = factor * scale
     return wb * factor, torch.stack([dots, norms2])

@@ -119,7 +119,9 @@ class ChunkTable:
 
 def chunk_table(lengths: tuple[int, ...], device: torch.device, dtype: torch.dtype, block: int = BLOCK) -> ChunkTable:
     """Chunks of at most ``block`` elements that never straddle one of the segments ``lengths`` (cached)."""
-    return _table(tuple(int(n) for n in lengths), torch.device(device), dtype, int(block))
+    if type(lengths) is not tuple:  # the rules pass their checked tuple of ints: no per-segment work per call
+        lengths = tuple(int(n) for n in lengths)
+    return _table(lengths, torch.device(device), dtype, int(block))
 
 
 @lru_cache(maxsize=32)
