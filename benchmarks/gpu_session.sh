@@ -38,6 +38,8 @@ for s in "$@"; do
     agg) step agg 120 python3 benchmarks/aggregation.py --device cuda --json "$OUT/agg.json" ;;
     # the layer-wise kernels' forms and block sizes, alone and in a whole fedgp call (benchmarks/segmented_kernels.py)
     kernels) step kernels 150 python3 benchmarks/segmented_kernels.py --device cuda --json "$OUT/kernels.json" ;;
+    # the host work of one layer-wise call (torch operator calls, host time on tiny tensors), the library's own path
+    hostwork) step hostwork 60 python3 benchmarks/aggregation_host_work.py --device cuda --sources 4 10 --json "$OUT/hostwork.json" ;;
     # aggregation.py again with the configuration whose whole fedgp call was fastest at N = 4 in the kernels step
     agg-best) best=$(python3 -c "import json, sys; r = [x for x in json.load(open(sys.argv[1]))['results'] if x['n_sources'] == 4 and x['row'].endswith(' fedgp')]; print(min(r, key=lambda x: x['median_ms'])['config'])" "$OUT/kernels.json") \
                 && echo "agg-best: $best" | tee -a "$OUT/steps.txt" \

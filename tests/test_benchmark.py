@@ -149,3 +149,20 @@ def test_inb_benchmark_reads_full_mnist_from_a_data_root(tmp_path):
     rec = bench.run(quick=True, device="cpu", reference=False, data_root=str(tmp_path))
     assert rec["data"].startswith("IDX files in") and rec["n_per_class"] == 40 and rec["fast_seconds"] > 0
     assert "IDX files in" in bench.format_report(rec)
+
+
+def test_host_work_benchmark_takes_the_gpu_code_path_on_the_cpu():
+    """benchmarks/aggregation_host_work.py: on the CPU the rules go through the Triton wrappers (kernels stubbed), so
+    the reduce wrapper's per-segment product (aten.mm) is counted; everything is restored afterwards."""
+    import fda_core.core.aggregation as agg
+    import fda_core.core.segmented as seg
+
+    before = (agg._segmented, seg._triton)
+    bench = _load("aggregation_host_work")
+    records = bench.run("cpu", sources=(2,), repeats=3, scale=10000)
+    assert [r["rule"] for r in records] == list(bench.RULES)
+    for r in records:
+        assert r["operator_calls"] == sum(r["operators"].values()) > 10
+        assert r["operators"].get("aten.mm.default", 0) >= 1 and r["host_us"] > 0
+    assert (agg._segmented, seg._triton) == before
+    assert "kernels stubbed" in bench.format_report(records, bench.environment(bench.resolve_device("cpu")))

@@ -1,0 +1,159 @@
+"""Host work of one layer-wise FedGP call on the GPU code path: torch operator calls and host time per call.
+
+On a GPU, one ``fedgp(S, t, β, out=out, segments=lengths)`` call on ResNet-18-shaped updates takes 3.5–8× the copy
+floor while its two Triton kernels take 1.5–2.4× (``benchmarks/segmented_kernels.py``, README § GPU): the rest is host
+work — the call's Python and the torch operators it dispatches around the kernels. This script measures that host
+work where no GPU is needed: on tiny tensors (ResNet-18's 62 segment lengths divided by ``--scale``) so that the
+arithmetic itself costs next to nothing, it counts the torch (aten) operator calls of one call with a
+``TorchDispatchMode`` and times calls with ``time.perf_counter``.
+
+* ``--device cuda``: the library's own path, real kernels.
+* ``--device cpu`` (no GPU): the same code path is forced (the segmented backend and the Triton wrappers of
+  :mod:`fda_core.core.segmented_triton`), with the two kernel launches replaced by stubs that zero their outputs, so
+  every torch call the GPU path makes is made and counted here too. Only the kernels' own (device) time is missing.
+
+Usage::
+
+    python benchmarks/aggregation_host_work.py [--device cpu|cuda] [--sources 4] [--repeats 300] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import math
+import statistics
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from unittest import mock
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from aggregation import BETA, environment, resnet18_shapes, resolve_device  # noqa: E402
+
+import fda_core.core.aggregation as aggregation  # noqa: E402
+import fda_core.core.segmented as segmented  # noqa: E402
+from fda_core.common.files import atomic_write_json  # noqa: E402
+from fda_core.core import segmented_triton  # noqa: E402
+
+RULES = ("fedgp", "fedgp_cosine")
+
+
+class OperatorCount(TorchDispatchMode):
+    """Counts the aten operators dispatched inside the ``with`` block."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: collections.Counter[str] = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.counts[str(func)] += 1
+        return func(*args, **(kwargs or {}))
+
+
+class _StubKernel:
+    """A Triton kernel stand-in: ``kernel[grid](*args)`` zero-fills the output arguments at ``outputs``."""
+
+    def __init__(self, outputs: tuple[int, ...]) -> None:
+        self.outputs = outputs
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            with _disable_current_modes():  # the stub's own fill is not the library's work: not counted
+                for i in self.outputs:
+                    args[i].fill_(0.0)
+        return launch
+
+
+@contextlib.contextmanager
+def gpu_code_path_on_cpu() -> Iterator[None]:
+    """Route layer-wise rules on CPU tensors through the GPU path, kernels stubbed (see the module docstring)."""
+    stubs = {"_reduce_kernel": _StubKernel((4, 5)), "_combine_kernel": _StubKernel((2, 8)),
+             "_reduce_tile_kernel": _StubKernel((4, 5)), "_combine_tile_kernel": _StubKernel((2, 8))}
+    with contextlib.ExitStack() as stack:
+        for name, stub in stubs.items():
+            stack.enter_context(mock.patch.object(segmented_triton, name, stub, create=True))
+        stack.enter_context(mock.patch.object(segmented, "_triton", lambda sources: segmented_triton))
+        stack.enter_context(mock.patch.object(aggregation, "_segmented", lambda device: True))
+        yield
+
+
+def run(device: str = "cpu", sources: Sequence[int] = (4,), repeats: int = 300, scale: int = 1000,
+        rules: Sequence[str] = RULES) -> list[dict]:
+    """One record per (rule, N): ``operator_calls`` (total), ``operators`` (per aten operator), ``host_us`` (median
+    per call) and ``path`` ("library" on CUDA, "GPU path on CPU, kernels stubbed" otherwise)."""
+    dev = resolve_device(device)
+    if scale < 1:
+        raise ValueError(f"scale must be >= 1, got {scale}")
+    lengths = [max(1, math.prod(s) // scale) for s in resnet18_shapes()]
+    records = []
+    path = contextlib.nullcontext() if dev.type == "cuda" else gpu_code_path_on_cpu()
+    with path:
+        for n in sources:
+            gen = torch.Generator().manual_seed(0)
+            S = torch.randn(int(n), sum(lengths), generator=gen).to(dev)
+            t = torch.randn(sum(lengths), generator=gen).to(dev)
+            out = torch.empty_like(t)
+            for rule in rules:
+                fn = getattr(aggregation, rule)
+                call = lambda: fn(S, t, BETA, out=out, segments=lengths)  # noqa: E731
+                for _ in range(5):
+                    call()
+                with OperatorCount() as counted:
+                    call()
+                times = []
+                for _ in range(repeats):
+                    if dev.type == "cuda":
+                        torch.cuda.synchronize(dev)
+                    t0 = time.perf_counter()
+                    call()
+                    times.append(time.perf_counter() - t0)
+                records.append({
+                    "rule": rule, "n_sources": int(n), "n_segments": len(lengths), "m": sum(lengths),
+                    "operator_calls": sum(counted.counts.values()), "operators": dict(counted.counts.most_common()),
+                    "host_us": statistics.median(times) * 1e6,
+                    "path": "library" if dev.type == "cuda" else "GPU path on CPU, kernels stubbed",
+                })
+    return records
+
+
+def format_report(records: list[dict], env: dict) -> str:
+    lines = [f"host work of one layer-wise call (segments+out), {records[0]['n_segments']} segments, m = "
+             f"{records[0]['m']:,}; {env['device']} ({env['device_name']}), torch {env['torch']}; {records[0]['path']}",
+             "", f"{'rule':<14} {'N':>3} {'torch calls':>12} {'host us/call':>13}"]
+    for r in records:
+        lines.append(f"{r['rule']:<14} {r['n_sources']:>3} {r['operator_calls']:>12} {r['host_us']:>13.1f}")
+    top = ", ".join(f"{k.removeprefix('aten.')} {v}" for k, v in list(records[0]["operators"].items())[:8])
+    lines += ["", f"most frequent in {records[0]['rule']}: {top}"]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="auto: cuda if available")
+    p.add_argument("--sources", type=int, nargs="+", default=[4], metavar="N")
+    p.add_argument("--repeats", type=int, default=300)
+    p.add_argument("--scale", type=int, default=1000, help="divide ResNet-18's segment lengths by this (default 1000)")
+    p.add_argument("--json", metavar="OUT", default=None)
+    a = p.parse_args(argv)
+    if a.repeats < 1:
+        p.error("--repeats must be >= 1")
+    dev = resolve_device(a.device)
+    records = run(str(dev), a.sources, a.repeats, a.scale)
+    env = environment(dev)
+    print(format_report(records, env))
+    if a.json:
+        atomic_write_json(a.json, {"benchmark": "aggregation_host_work", "environment": env, "results": records})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
