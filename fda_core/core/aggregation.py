@@ -412,7 +412,9 @@ def _check_finite(blocks: _Blocks, sums: Tensor, outs: list[Tensor], checks: Ten
     and ``checks`` are finite; one host synchronisation when they are."""
     if checks is not None:
         sums = torch.cat([sums, checks.reshape(-1).to(sums.dtype)])
-    if not bool(torch.isfinite(sums).all()):
+    # Σ 0·x is 0 when every x is finite and NaN otherwise (0·inf = NaN), and cannot overflow: two operators and one
+    # scalar instead of isfinite(x).all()'s five (abs, ne, eq, mul, all) — fewer kernel launches per call on a GPU
+    if float(torch.mul(sums, 0).sum()) != 0.0:
         exact = all(bool(torch.isfinite(o).all()) for o in outs)
         if not (exact and (checks is None or bool(torch.isfinite(checks).all()))):
             _raise_non_finite(blocks)
