@@ -433,11 +433,6 @@ def run(device: str = "cpu", sources: Sequence[int] = (4,), repeats: int = 3, sh
 # ---------------------------------------------------------------------------------------------
 # Report
 # ---------------------------------------------------------------------------------------------
-def label_config(config: segmented_triton.KernelConfig) -> str:
-    """``form:block:num_warps`` of a layer-wise kernel configuration."""
-    return f"{config.form}:{config.block}:{config.num_warps}"
-
-
 def environment(dev: torch.device) -> dict:
     return {
         "device": str(dev),
@@ -516,10 +511,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     kernel_config = None
     if args.kernel_config is not None:
-        from segmented_kernels import parse_config  # noqa: E402 - the same parser as the kernels' benchmark
-
         try:
-            kernel_config = parse_config(args.kernel_config)
+            kernel_config = segmented_triton.KernelConfig.parse(args.kernel_config)
         except ValueError as exc:
             p.error(str(exc))
 
@@ -532,7 +525,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"running on {env['device']} ({env['device_name']}), torch {env['torch']}, threads {env['threads']}, "
           f"N in {sources}, repeats {repeats} ...", file=sys.stderr, flush=True)
     with segmented_triton.configured(kernel_config or segmented_triton.default_config()):
-        env["kernel_config"] = label_config(segmented_triton.default_config())
+        env["kernel_config"] = segmented_triton.default_config().label
         records = run(str(dev), sources, repeats, seed=args.seed, interleave=not args.sequential, verbose=True)
     print(format_report(records, env))
     if args.json:

@@ -35,7 +35,6 @@ import contextlib
 import math
 import statistics
 import sys
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -45,10 +44,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from aggregation import (BETA, _as_named, environment, label_config, make_updates, resolve_device,  # noqa: E402
-                         time_round_robin)
+from aggregation import BETA, _as_named, environment, make_updates, resolve_device, time_round_robin  # noqa: E402
 
 import fda_core.core.aggregation as aggregation_module  # noqa: E402
+from fda_core.common.devices import host_synchronisations  # noqa: E402
 from fda_core.common.files import atomic_write_json  # noqa: E402
 from fda_core.core import segmented_triton  # noqa: E402
 from fda_core.core.aggregation import fedgp  # noqa: E402
@@ -60,20 +59,12 @@ from fda_core.core.segmented_triton import KernelConfig  # noqa: E402
 DEFAULT_CONFIGS = ("loop:2048:8", "loop:1024:4", "loop:4096:8", "tile:8192:8", "tile:4096:4", "tile:16384:8")
 
 
-def parse_config(text: str) -> KernelConfig:
-    """``form:block:num_warps`` (e.g. ``tile:8192:8``) as a :class:`KernelConfig` (ValueError naming the problem)."""
-    parts = text.split(":")
-    if len(parts) != 3:
-        raise ValueError(f"--configs entries are form:block:num_warps (e.g. tile:8192:8), got {text!r}")
-    try:
-        block, warps = int(parts[1]), int(parts[2])
-    except ValueError:
-        raise ValueError(f"--configs {text!r}: block and num_warps must be integers") from None
-    return KernelConfig(parts[0], block, warps)
+#: ``form:block:num_warps`` ↔ :class:`KernelConfig` (names kept for the command line and the tests)
+parse_config = KernelConfig.parse
 
 
 def label(config: KernelConfig) -> str:
-    return label_config(config)
+    return config.label
 
 
 @contextlib.contextmanager
@@ -155,7 +146,7 @@ def run(device: str = "cuda", sources: Sequence[int] = (4, 10), repeats: int = 3
             fns["fedgp"] = lambda: fedgp(S, t, BETA, out=out, segments=lengths)
             fns["fedgp without check"] = lambda: _with(None, True, lambda: fedgp(S, t, BETA, out=out, segments=lengths))
         times = time_round_robin(fns, dev, repeats, warmup=3)
-        syncs = {row: host_syncs(fn, dev) for row, fn in fns.items() if row.endswith("fedgp")}
+        syncs = {row: host_synchronisations(fn, dev) for row, fn in fns.items() if row.endswith("fedgp")}
         floor = statistics.median(times["copy floor"])
         for row, ts in times.items():
             med = statistics.median(ts)
@@ -194,22 +185,6 @@ def captured(fn: Callable[[], Any]) -> tuple[Callable[[], Any], Any]:
     with torch.cuda.graph(graph):
         result = fn()
     return graph.replay, result
-
-
-def host_syncs(fn: Callable[[], Any], device: torch.device) -> int | None:
-    """How many host synchronisations one call of ``fn`` makes, as torch's CUDA sync debug mode reports them
-    (blocking copies, ``.item()``, ``bool()`` of a device tensor); None off CUDA."""
-    if device.type != "cuda":
-        return None
-    torch.cuda.synchronize(device)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            fn()
-        finally:
-            torch.cuda.set_sync_debug_mode(0)
-    return sum("called a synchronizing" in str(w.message) for w in caught)
 
 
 def _with(config: KernelConfig | None, no_check: bool, fn: Callable[[], Any]) -> Any:

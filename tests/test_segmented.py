@@ -342,8 +342,7 @@ def test_gpu_layerwise_functions_equal_the_cpu_loop(dtype, n_sources, config):
     dots, norms, tnorms, out = _loop(S, t, lengths, C, 0.3)
     tol = dict(rtol=1e-4, atol=1e-3) if dtype == torch.float32 else dict(rtol=1e-10, atol=1e-9)
     Sg, tg = S.to("cuda", dtype), t.to("cuda", dtype)
-    form = nullcontext() if config is None else configured(KernelConfig(*(
-        int(v) if v.isdigit() else v for v in config.split(":"))))
+    form = nullcontext() if config is None else configured(KernelConfig.parse(config))
     with form:
         d, n2, t2 = layerwise_reductions(Sg, tg, lengths)
         result = torch.full_like(tg, float("nan"))
@@ -368,6 +367,11 @@ def test_kernel_config_is_checked_and_sizes_its_chunks():
     assert [KernelConfig("tile", 8192, 8).chunk(n) for n in (1, 2, 3, 4, 5, 10, 16, 17)] == \
         [8192, 4096, 2048, 2048, 1024, 512, 512, 256]
     assert KernelConfig("tile", 32, 1).chunk(10) == 16  # never below 16 elements
+    assert KernelConfig.parse("tile:8192:4") == KernelConfig("tile", 8192, 4)
+    assert KernelConfig.parse(KernelConfig("loop", 1024, 2).label) == KernelConfig("loop", 1024, 2)
+    for bad, field in [("tile:8192", "form:block:num_warps"), ("tile:x:4", "integers"), ("warp:8192:4", "form")]:
+        with pytest.raises(ValueError, match=field):
+            KernelConfig.parse(bad)
     before = default_config()
     with pytest.raises(RuntimeError):
         with configured(KernelConfig("tile", 4096, 4)) as c:
@@ -384,20 +388,22 @@ def test_kernel_config_is_checked_and_sizes_its_chunks():
 def test_segments_call_on_cuda_synchronises_the_host_once(rule):
     """Python β, weights and alignment reach the device by asynchronous copies; the one host synchronisation left
     is the finiteness check (torch's CUDA sync debug mode counts them)."""
-    import warnings
+    from fda_core.common.devices import host_synchronisations
 
     lengths = [300, 7, 2048 * 2 + 5]
     S, t = torch.randn(3, sum(lengths), device="cuda"), torch.randn(sum(lengths), device="cuda")
     out = torch.empty_like(t)
     call = lambda: SEGMENT_RULES[rule](S, t, out=out, segments=lengths)  # noqa: E731
     call()  # the first call builds and caches the chunk table
-    torch.cuda.synchronize()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            call()
-        finally:
-            torch.cuda.set_sync_debug_mode(0)
-    syncs = [str(w.message) for w in caught if "called a synchronizing" in str(w.message)]
-    assert len(syncs) == 1, syncs
+    syncs = host_synchronisations(call, "cuda")
+    assert syncs == 1, syncs
+
+
+def test_host_synchronisations_are_not_counted_off_cuda():
+    """fda_core.common.devices.host_synchronisations: None on the CPU, where torch has no sync debug mode, and the
+    function is not called (on CUDA, test_segments_call_on_cuda_synchronises_the_host_once counts one)."""
+    from fda_core.common.devices import host_synchronisations
+
+    calls = []
+    assert host_synchronisations(lambda: calls.append(1), "cpu") is None
+    assert calls == []

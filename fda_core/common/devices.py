@@ -1,10 +1,14 @@
-"""Device selection: one rule for every entry point that takes ``device=``."""
+"""Device selection: one rule for every entry point that takes ``device=``; counting host synchronisations."""
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
-__all__ = ["resolve_device"]
+__all__ = ["resolve_device", "host_synchronisations"]
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
@@ -26,3 +30,22 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
         raise ValueError(f"device={device!r} asks for CUDA but torch.cuda.is_available() is False; "
                          "use device='auto' or 'cpu'")
     return dev
+
+
+def host_synchronisations(fn: Callable[[], Any], device: str | torch.device) -> int | None:
+    """How many times one call of ``fn`` makes the host wait for ``device``, as torch's CUDA sync debug mode reports
+    them (blocking copies, ``.item()``, ``bool()`` of a device tensor; the mode is a prototype and may miss some);
+    None on a device that is not CUDA (``fn`` is not called then)."""
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return None
+    torch.cuda.synchronize(dev)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    # only the warnings of synchronising calls count, not the mode's own "prototype feature" notice
+    return sum("called a synchronizing" in str(w.message) for w in caught)

@@ -65,6 +65,24 @@ class KernelConfig:
         if self.num_warps not in (1, 2, 4, 8, 16, 32):
             raise ValueError(f"num_warps must be a power of two from 1 to 32, got {self.num_warps!r}")
 
+    @classmethod
+    def parse(cls, text: str) -> KernelConfig:
+        """``form:block:num_warps`` (e.g. ``tile:8192:8``, the form :attr:`label` writes) as a config; a ValueError
+        naming the problem otherwise."""
+        parts = str(text).split(":")
+        if len(parts) != 3:
+            raise ValueError(f"a kernel configuration is form:block:num_warps (e.g. tile:8192:8), got {text!r}")
+        try:
+            block, warps = int(parts[1]), int(parts[2])
+        except ValueError:
+            raise ValueError(f"kernel configuration {text!r}: block and num_warps must be integers") from None
+        return cls(parts[0], block, warps)
+
+    @property
+    def label(self) -> str:
+        """``form:block:num_warps``, what :meth:`parse` reads."""
+        return f"{self.form}:{self.block}:{self.num_warps}"
+
     def chunk(self, n_sources: int) -> int:
         """Elements per program (the chunk length) for ``n_sources`` sources."""
         if self.form == "loop":
