@@ -9,12 +9,18 @@ arithmetic itself costs next to nothing, it counts the torch (aten) operator cal
 
 * ``--device cuda``: the library's own path, real kernels.
 * ``--device cpu`` (no GPU): the same code path is forced (the segmented backend and the Triton wrappers of
-  :mod:`fda_core.core.segmented_triton`), with the two kernel launches replaced by stubs that zero their outputs, so
-  every torch call the GPU path makes is made and counted here too. Only the kernels' own (device) time is missing.
+  :mod:`fda_core.core.segmented_triton`), with the kernel launches replaced by stubs that zero their outputs, so
+  every torch call the GPU path makes is made and counted here too. Missing: the kernels' own (device) time, and
+  the copies of β, the weights (and the alignment) to the device, which on the CPU have nowhere to go (on CUDA:
+  two or three pinned copies per call with ``torch`` coefficients, one with ``kernel``).
+
+``--coefficients`` (default both): where the per-segment coefficients are formed, ``torch`` (operators between the
+two kernels, the library's default) or ``kernel`` (a third Triton kernel, ``LAYERWISE_COEFFICIENTS = "kernel"``).
 
 Usage::
 
-    python benchmarks/aggregation_host_work.py [--device cpu|cuda] [--sources 4] [--repeats 300] [--json OUT]
+    python benchmarks/aggregation_host_work.py [--device cpu|cuda] [--sources 4] [--repeats 300]
+                                               [--coefficients torch kernel] [--json OUT]
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import itertools
 import math
 import statistics
 import sys
@@ -44,6 +51,7 @@ from fda_core.common.files import atomic_write_json  # noqa: E402
 from fda_core.core import segmented_triton  # noqa: E402
 
 RULES = ("fedgp", "fedgp_cosine")
+COEFFICIENTS = ("torch", "kernel")
 
 
 class OperatorCount(TorchDispatchMode):
@@ -76,7 +84,8 @@ class _StubKernel:
 def gpu_code_path_on_cpu() -> Iterator[None]:
     """Route layer-wise rules on CPU tensors through the GPU path, kernels stubbed (see the module docstring)."""
     stubs = {"_reduce_kernel": _StubKernel((4, 5)), "_combine_kernel": _StubKernel((2, 8)),
-             "_reduce_tile_kernel": _StubKernel((4, 5)), "_combine_tile_kernel": _StubKernel((2, 8))}
+             "_reduce_tile_kernel": _StubKernel((4, 5)), "_combine_tile_kernel": _StubKernel((2, 8)),
+             "_coef_kernel": _StubKernel((4, 5, 6))}
     with contextlib.ExitStack() as stack:
         for name, stub in stubs.items():
             stack.enter_context(mock.patch.object(segmented_triton, name, stub, create=True))
@@ -86,12 +95,15 @@ def gpu_code_path_on_cpu() -> Iterator[None]:
 
 
 def run(device: str = "cpu", sources: Sequence[int] = (4,), repeats: int = 300, scale: int = 1000,
-        rules: Sequence[str] = RULES) -> list[dict]:
-    """One record per (rule, N): ``operator_calls`` (total), ``operators`` (per aten operator), ``host_us`` (median
-    per call) and ``path`` ("library" on CUDA, "GPU path on CPU, kernels stubbed" otherwise)."""
+        rules: Sequence[str] = RULES, coefficients: Sequence[str] = COEFFICIENTS) -> list[dict]:
+    """One record per (coefficients, rule, N): ``operator_calls`` (total), ``operators`` (per aten operator),
+    ``host_us`` (median per call) and ``path`` ("library" on CUDA, "GPU path on CPU, kernels stubbed" otherwise)."""
     dev = resolve_device(device)
     if scale < 1:
         raise ValueError(f"scale must be >= 1, got {scale}")
+    bad = [c for c in coefficients if c not in COEFFICIENTS]
+    if bad or not coefficients:
+        raise ValueError(f"coefficients must be one or more of {COEFFICIENTS}, got {list(coefficients)}")
     lengths = [max(1, math.prod(s) // scale) for s in resnet18_shapes()]
     records = []
     path = contextlib.nullcontext() if dev.type == "cuda" else gpu_code_path_on_cpu()
@@ -101,22 +113,24 @@ def run(device: str = "cpu", sources: Sequence[int] = (4,), repeats: int = 300, 
             S = torch.randn(int(n), sum(lengths), generator=gen).to(dev)
             t = torch.randn(sum(lengths), generator=gen).to(dev)
             out = torch.empty_like(t)
-            for rule in rules:
+            for coefs, rule in itertools.product(coefficients, rules):
                 fn = getattr(aggregation, rule)
                 call = lambda: fn(S, t, BETA, out=out, segments=lengths)  # noqa: E731
-                for _ in range(5):
-                    call()
-                with OperatorCount() as counted:
-                    call()
-                times = []
-                for _ in range(repeats):
-                    if dev.type == "cuda":
-                        torch.cuda.synchronize(dev)
-                    t0 = time.perf_counter()
-                    call()
-                    times.append(time.perf_counter() - t0)
+                with mock.patch.object(aggregation, "LAYERWISE_COEFFICIENTS", coefs):
+                    for _ in range(5):
+                        call()
+                    with OperatorCount() as counted:
+                        call()
+                    times = []
+                    for _ in range(repeats):
+                        if dev.type == "cuda":
+                            torch.cuda.synchronize(dev)
+                        t0 = time.perf_counter()
+                        call()
+                        times.append(time.perf_counter() - t0)
                 records.append({
-                    "rule": rule, "n_sources": int(n), "n_segments": len(lengths), "m": sum(lengths),
+                    "coefficients": coefs, "rule": rule, "n_sources": int(n), "n_segments": len(lengths),
+                    "m": sum(lengths),
                     "operator_calls": sum(counted.counts.values()), "operators": dict(counted.counts.most_common()),
                     "host_us": statistics.median(times) * 1e6,
                     "path": "library" if dev.type == "cuda" else "GPU path on CPU, kernels stubbed",
@@ -127,11 +141,15 @@ def run(device: str = "cpu", sources: Sequence[int] = (4,), repeats: int = 300, 
 def format_report(records: list[dict], env: dict) -> str:
     lines = [f"host work of one layer-wise call (segments+out), {records[0]['n_segments']} segments, m = "
              f"{records[0]['m']:,}; {env['device']} ({env['device_name']}), torch {env['torch']}; {records[0]['path']}",
-             "", f"{'rule':<14} {'N':>3} {'torch calls':>12} {'host us/call':>13}"]
+             "", f"{'coefficients':<13} {'rule':<14} {'N':>3} {'torch calls':>12} {'host us/call':>13}"]
     for r in records:
-        lines.append(f"{r['rule']:<14} {r['n_sources']:>3} {r['operator_calls']:>12} {r['host_us']:>13.1f}")
-    top = ", ".join(f"{k.removeprefix('aten.')} {v}" for k, v in list(records[0]["operators"].items())[:8])
-    lines += ["", f"most frequent in {records[0]['rule']}: {top}"]
+        lines.append(f"{r['coefficients']:<13} {r['rule']:<14} {r['n_sources']:>3} {r['operator_calls']:>12} "
+                     f"{r['host_us']:>13.1f}")
+    lines.append("")
+    for c in dict.fromkeys(r["coefficients"] for r in records):
+        first = next(r for r in records if r["coefficients"] == c)
+        top = ", ".join(f"{k.removeprefix('aten.')} {v}" for k, v in list(first["operators"].items())[:8])
+        lines.append(f"most frequent in {first['rule']} ({c} coefficients): {top}")
     return "\n".join(lines)
 
 
@@ -142,12 +160,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--sources", type=int, nargs="+", default=[4], metavar="N")
     p.add_argument("--repeats", type=int, default=300)
     p.add_argument("--scale", type=int, default=1000, help="divide ResNet-18's segment lengths by this (default 1000)")
+    p.add_argument("--coefficients", nargs="+", choices=COEFFICIENTS, default=list(COEFFICIENTS),
+                   help="where the coefficients are formed (default: both)")
     p.add_argument("--json", metavar="OUT", default=None)
     a = p.parse_args(argv)
     if a.repeats < 1:
         p.error("--repeats must be >= 1")
     dev = resolve_device(a.device)
-    records = run(str(dev), a.sources, a.repeats, a.scale)
+    records = run(str(dev), a.sources, a.repeats, a.scale, coefficients=a.coefficients)
     env = environment(dev)
     print(format_report(records, env))
     if a.json:

@@ -16,6 +16,10 @@ the least two passes can cost. This script measures, in one run on one device, f
 * ``arithmetic only``: the call's arithmetic without its argument handling (:func:`layerwise_fedgp_arithmetic`, the
   library's kernel configuration), eagerly and, on CUDA, replayed from a CUDA graph, each with the finiteness
   check's synchronisation: what a call would cost with its host work gone;
+* with Triton, the same for the coefficients formed in a third kernel (``LAYERWISE_COEFFICIENTS = "kernel"``,
+  :func:`~fda_core.core.segmented_triton.project`, the library's kernel configuration): ``fedgp, kernel
+  coefficients`` (the whole call; its result checked against the default's) and ``project only``, eagerly and
+  replayed from a CUDA graph, each with the read of its finiteness flag;
 
 and the copy floor ``dst.copy_(S)``. Times are medians of ``--repeats`` calls, timed in turns (one call of each per
 round), each between two ``torch.cuda.synchronize()`` with ``time.perf_counter``, as in ``benchmarks/aggregation.py``.
@@ -142,11 +146,14 @@ def run(device: str = "cuda", sources: Sequence[int] = (4, 10), repeats: int = 3
         if dev.type == "cuda":
             replay, sums = captured(arithmetic)
             fns["arithmetic only, CUDA graph replay"] = lambda: (replay(), bool(torch.isfinite(sums).all()))
+        if kernels:
+            fns.update(_kernel_coefficient_rows(S, t, lengths, out, reference))
         if not kernels:
             fns["fedgp"] = lambda: fedgp(S, t, BETA, out=out, segments=lengths)
             fns["fedgp without check"] = lambda: _with(None, True, lambda: fedgp(S, t, BETA, out=out, segments=lengths))
         times = time_round_robin(fns, dev, repeats, warmup=3)
-        syncs = {row: host_synchronisations(fn, dev) for row, fn in fns.items() if row.endswith("fedgp")}
+        syncs = {row: host_synchronisations(fn, dev) for row, fn in fns.items()
+                 if row.endswith("fedgp") or row == KERNEL_COEFS}
         floor = statistics.median(times["copy floor"])
         for row, ts in times.items():
             med = statistics.median(ts)
@@ -159,6 +166,43 @@ def run(device: str = "cuda", sources: Sequence[int] = (4, 10), repeats: int = 3
             })
         del S, t, out, dst
     return records
+
+
+#: the whole call with the coefficients formed in the third kernel (``LAYERWISE_COEFFICIENTS = "kernel"``)
+KERNEL_COEFS = "fedgp, kernel coefficients"
+
+
+@contextlib.contextmanager
+def kernel_coefficients():
+    """``LAYERWISE_COEFFICIENTS = "kernel"`` inside the block (restored after)."""
+    saved = aggregation_module.LAYERWISE_COEFFICIENTS
+    aggregation_module.LAYERWISE_COEFFICIENTS = "kernel"
+    try:
+        yield
+    finally:
+        aggregation_module.LAYERWISE_COEFFICIENTS = saved
+
+
+def _kernel_coefficient_rows(S: torch.Tensor, t: torch.Tensor, lengths: list[int], out: torch.Tensor,
+                             reference: torch.Tensor) -> dict[str, Callable[[], Any]]:
+    """The rows of the three-kernel path (library's kernel configuration), its result checked against ``reference``
+    (the default path's) first."""
+    def call():
+        with kernel_coefficients():
+            return fedgp(S, t, BETA, out=out, segments=lengths)
+
+    call()
+    if not torch.allclose(out, reference, rtol=1e-4, atol=1e-5):
+        raise AssertionError("fedgp with kernel coefficients does not reproduce the default path")
+    n = S.shape[0]
+    wb = torch.full((n,), BETA / n, device=S.device)
+    params = torch.cat([wb, torch.ones_like(wb), (1.0 - wb.sum()).reshape(1)])
+    table = segmented_triton.table_for(lengths, S)
+    project = lambda: segmented_triton.project(S, t, params, table, out)[0]  # noqa: E731
+    rows = {KERNEL_COEFS: call, "project only, eager": lambda: float(project()) == 0.0}
+    replay, flag = captured(project)
+    rows["project only, CUDA graph replay"] = lambda: (replay(), float(flag) == 0.0)
+    return rows
 
 
 def layerwise_fedgp_arithmetic(S: torch.Tensor, t: torch.Tensor, wb: torch.Tensor, lengths: Sequence[int],
@@ -219,7 +263,10 @@ def format_report(records: list[dict], env: dict) -> str:
                          f"{label(segmented_triton.default_config())}; whole call best {best_call} "
                          f"{call[best_call]:.3f} ms ({call[best_call] / floor:.2f}x; without the check "
                          f"{rows[f'{best_call} fedgp without check']['median_ms']:.3f} ms)")
-        for row in ("arithmetic only, eager", "arithmetic only, CUDA graph replay"):
+        if KERNEL_COEFS in rows:
+            lines.append(f"  N={n}: host synchronisations per {KERNEL_COEFS} call: {rows[KERNEL_COEFS]['host_syncs']}")
+        for row in ("arithmetic only, eager", "arithmetic only, CUDA graph replay", KERNEL_COEFS, "project only, eager",
+                    "project only, CUDA graph replay"):
             if row in rows:
                 lines.append(f"  N={n}: {row} (library's configuration, with the check): {rows[row]['median_ms']:.3f} ms "
                              f"({rows[row]['ratio_to_floor']:.2f}x)")

@@ -40,7 +40,7 @@ from typing import Any, Union
 import torch
 from torch import Tensor
 
-from .segmented import layerwise_combine, layerwise_reductions
+from .segmented import layerwise_combine, layerwise_project, layerwise_reductions, projection_kernels
 
 __all__ = [
     "source_only",
@@ -92,6 +92,23 @@ def _segmented(device: torch.device) -> bool:
     if LAYERWISE_BACKEND not in ("auto", "loop", "segmented"):
         raise ValueError(f"LAYERWISE_BACKEND must be 'auto', 'loop' or 'segmented', got {LAYERWISE_BACKEND!r}")
     return LAYERWISE_BACKEND == "segmented" or (LAYERWISE_BACKEND == "auto" and device.type == "cuda")
+
+
+#: where layer-wise FedGP (:func:`fedgp`, :func:`fedgp_nofilter`, :func:`fedgp_cosine` on dicts or ``segments``) forms
+#: its per-segment coefficients when the Triton kernels run (CUDA, segmented backend): "torch" (torch operators
+#: between the reduction and the combination kernel: some 20 small kernel launches per call) or "kernel" (one more
+#: Triton kernel, which also forms the finiteness flag: three kernels, two small copies and one flag read per call;
+#: :func:`fda_core.core.segmented_triton.project`). Same arithmetic; the per-segment sums are added in another order,
+#: so the two agree to float rounding. Elsewhere (the CPU) the setting changes nothing.
+LAYERWISE_COEFFICIENTS = "torch"
+
+
+def _fused(blocks: _Blocks) -> bool:
+    """Whether this call forms its coefficients in the Triton kernel (see ``LAYERWISE_COEFFICIENTS``)."""
+    if LAYERWISE_COEFFICIENTS not in ("torch", "kernel"):
+        raise ValueError(f"LAYERWISE_COEFFICIENTS must be 'torch' or 'kernel', got {LAYERWISE_COEFFICIENTS!r}")
+    return LAYERWISE_COEFFICIENTS == "kernel" and blocks.flat is not None and projection_kernels(
+        blocks.flat.sources, blocks.flat.target)
 
 
 def _laid_out(tensors: list[list[Tensor]]) -> Tensor | None:
@@ -353,21 +370,23 @@ def _per_source(value: BetaLike | None, blocks: _Blocks, name: str, *, default: 
     return t
 
 
-def _check_beta(beta: BetaLike, blocks: _Blocks) -> Tensor:
+def _check_beta(beta: BetaLike, blocks: _Blocks, move: bool = True) -> Tensor:
+    """β checked (on the host for Python values), on the target's device (where it was checked unless ``move``)."""
     b = _per_source(beta, blocks, "beta")
     if bool((b < 0).any()) or bool((b > 1).any()):
         raise ValueError(f"beta must lie in [0, 1] (β weights the source part), got {beta!r}")
-    return _to_target_device(b, blocks)
+    return _to_target_device(b, blocks) if move else b
 
 
-def _check_weights(weights: BetaLike | None, blocks: _Blocks) -> Tensor:
+def _check_weights(weights: BetaLike | None, blocks: _Blocks, move: bool = True) -> Tensor:
+    """The weights checked and normalised to sum 1, on the target's device (where they were checked unless ``move``)."""
     w = _per_source(weights, blocks, "weights", default=1.0)
     if bool((w < 0).any()):
         raise ValueError(f"weights must be non-negative, got {weights!r}")
     total = w.sum(-1, keepdim=True)
     if bool((total <= 0).any()):
         raise ValueError(f"weights must have a positive sum, got {weights!r}")
-    return _to_target_device(w / total, blocks)
+    return _to_target_device(w / total, blocks) if move else w / total
 
 
 def _to_target_device(x: Tensor, blocks: _Blocks) -> Tensor:
@@ -415,9 +434,22 @@ def _check_finite(blocks: _Blocks, sums: Tensor, outs: list[Tensor], checks: Ten
     # Σ 0·x is 0 when every x is finite and NaN otherwise (0·inf = NaN), and cannot overflow: two operators and one
     # scalar instead of isfinite(x).all()'s five (abs, ne, eq, mul, all) — fewer kernel launches per call on a GPU
     if float(torch.mul(sums, 0).sum()) != 0.0:
-        exact = all(bool(torch.isfinite(o).all()) for o in outs)
-        if not (exact and (checks is None or bool(torch.isfinite(checks).all()))):
-            _raise_non_finite(blocks)
+        _recheck_finite(blocks, outs, checks)
+
+
+def _check_flag(blocks: _Blocks, flag: Tensor, outs: list[Tensor], checks: Tensor) -> None:
+    """As :func:`_check_finite` for the fused kernels' flag (0 when the outputs' chunk sums and ``checks`` are
+    finite, NaN otherwise): one host synchronisation, the exact re-check only after a non-zero flag."""
+    if float(flag) != 0.0:
+        _recheck_finite(blocks, outs, checks)
+
+
+def _recheck_finite(blocks: _Blocks, outs: list[Tensor], checks: Tensor | None) -> None:
+    """After a cheap check failed: raise (naming the argument) unless the outputs and ``checks`` are finite element by
+    element (a sum of finite values can overflow)."""
+    exact = all(bool(torch.isfinite(o).all()) for o in outs)
+    if not (exact and (checks is None or bool(torch.isfinite(checks).all()))):
+        _raise_non_finite(blocks)
 
 
 def _finish(blocks: _Blocks, outs: list[Tensor], checks: Tensor | None = None) -> Tensor | dict[str, Tensor]:
@@ -570,28 +602,55 @@ def _aggregate(blocks: _Blocks, target_coef: Tensor, coefs: Tensor, checks: Tens
     return result if out is None else out
 
 
-def _aggregate_flat(blocks: _Blocks, target_coef: Tensor, coefs: Tensor, checks: Tensor | None,
-                    out: Tensor | GradDict | None):
+def _aggregate_flat(blocks: _Blocks, target_coef: Tensor | None, coefs: Tensor | None, checks: Tensor | None,
+                    out: Tensor | GradDict | None, projection: tuple[Tensor, str, bool] | None = None):
     """Dict or segments input on the segmented backend: one combination over the flat buffers. The result is one
     flat (m,) tensor (segments), or per-key views of it (dicts; written into ``out``: directly when its tensors lie
-    back to back, else copied)."""
+    back to back, else copied). With ``projection`` = (params, "exact" | "cosine", filter_negative) the coefficients
+    are formed in the Triton kernels instead (``LAYERWISE_COEFFICIENTS = "kernel"``; ``target_coef``, ``coefs`` and
+    ``checks`` are then None)."""
     flat = blocks.flat
     buffers = _out_buffers(out, blocks)
     target = flat.target
     laid_out = _laid_out([buffers]) if buffers is not None else None
     result = laid_out[0] if laid_out is not None else torch.empty_like(target)
-    sums = layerwise_combine(flat.sources, target, target_coef, coefs.T, flat.lengths, out=result)
+    if projection is None:
+        sums = layerwise_combine(flat.sources, target, target_coef, coefs.T, flat.lengths, out=result)
+        check = lambda: _check_finite(blocks, sums, [result], checks)  # noqa: E731
+    else:
+        params, mode, filter_negative = projection
+        flag, kernel_checks = layerwise_project(flat.sources, target, flat.lengths, params, result, projection=mode,
+                                                filter_negative=filter_negative)
+        check = lambda: _check_flag(blocks, flag, [result], kernel_checks)  # noqa: E731
     if blocks.kind == "segments":
-        _check_finite(blocks, sums, [result], checks)
+        check()
         return result if out is None else out
     views = list(torch.split(result, list(flat.lengths)))
     if buffers is not None and laid_out is None:  # out's tensors lie apart: copy the result into them
         torch._foreach_copy_(buffers, views)
         views = buffers
-    _check_finite(blocks, sums, [result], checks)
+    check()
     if out is not None:
         return out
     return {k: v.view(shape) for k, v, shape in zip(blocks.keys, views, blocks.shapes)}  # type: ignore[arg-type]
+
+
+def _project_fused(blocks: _Blocks, b: Tensor, w: Tensor, scale: Tensor | None, mode: str, filter_negative: bool,
+                   out: Tensor | GradDict | None):
+    """Layer-wise FedGP with its coefficients formed in the Triton kernels (``LAYERWISE_COEFFICIENTS = "kernel"``).
+    β (``b``), the normalised weights ``w`` and the cosine form's ``scale`` (N,), checked and where they were given
+    (the host for Python values), are packed with a = 1 − Σ_i w_i β_i (docs/theory.md § Rules) into one (2N + 1,)
+    vector and copied to the device once."""
+    n = blocks.n_sources
+    if scale is None:
+        scale = torch.ones(n, dtype=b.dtype, device=b.device)
+    parts = [b, w, scale]
+    if len({x.device for x in parts}) > 1:
+        parts = [_to_target_device(x, blocks) for x in parts]
+    b, w, scale = parts
+    wb = (w * b).expand(blocks.batch_shape + (n,))
+    params = _to_target_device(torch.cat([wb, scale.expand(n), (1.0 - wb.sum(-1)).reshape(1)]), blocks)
+    return _aggregate_flat(blocks, None, None, None, out, projection=(params, mode, filter_negative))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -710,8 +769,11 @@ def _fedgp_exact(source_grads: SourceGrads, target_grad: TargetGrad, beta: BetaL
                  filter_negative: bool) -> TargetGrad:
     """Shared body of :func:`fedgp` and :func:`fedgp_nofilter` (exact projection, with or without the filter)."""
     blocks = _normalise(source_grads, target_grad, segments)
-    b = _check_beta(beta, blocks)
-    w = _check_weights(weights, blocks)
+    fused = _fused(blocks)
+    b = _check_beta(beta, blocks, move=not fused)
+    w = _check_weights(weights, blocks, move=not fused)
+    if fused:
+        return _project_fused(blocks, b, w, None, "exact", filter_negative, out)
     wb = (w * b).expand(blocks.batch_shape + (blocks.n_sources,))
     coefs, checks = _projection_coefs(blocks, wb, "exact", None, filter_negative=filter_negative)
     return _aggregate(blocks, 1.0 - wb.sum(-1), coefs, checks, out=out)
@@ -789,11 +851,14 @@ def fedgp_cosine(
             (see :func:`fedgp`).
     """
     blocks = _normalise(source_updates, target_update, segments)
-    b = _check_beta(beta, blocks)
-    w = _check_weights(weights, blocks)
+    fused = _fused(blocks)
+    b = _check_beta(beta, blocks, move=not fused)
+    w = _check_weights(weights, blocks, move=not fused)
     a = _per_source(alignment, blocks, "alignment", default=1.0)
     if bool((a < 0).any()):
         raise ValueError(f"alignment must be non-negative, got {alignment!r}")
+    if fused:
+        return _project_fused(blocks, b, w, a, "cosine", True, out)
     a = _to_target_device(a, blocks)
     wb = (w * b).expand(blocks.batch_shape + (blocks.n_sources,))
     coefs, checks = _projection_coefs(blocks, wb, "cosine", a)

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["SegmentPlan", "segment_plan", "segment_dots", "segment_sqnorms", "segment_combine",
-           "layerwise_reductions", "layerwise_combine", "DEFAULT_CHUNK"]
+           "layerwise_reductions", "layerwise_combine", "projection_kernels", "layerwise_project", "DEFAULT_CHUNK"]
 
 #: chunk length c: long enough that a chunk's reduction is not launch-bound, short enough that the
 #: gathered boundary elements (about c per segment boundary) stay a small fraction of m
@@ -201,3 +201,25 @@ def layerwise_combine(sources: Tensor, target: Tensor, target_coef: Tensor | flo
         return kernels.combine(sources, target, a, coefs, kernels.table_for(lengths, sources), out)
     segment_combine(sources, target, target_coef, coefs, segment_plan(lengths, sources.device, sources.dtype), out=out)
     return out.sum().reshape(1)
+
+
+def projection_kernels(sources: Tensor, target: Tensor) -> bool:
+    """True when :func:`layerwise_project` can run on sources (N, m) and target (m,): the Triton kernels are there
+    (a CUDA device, Triton importable, float32/64) and both have rows of unit stride."""
+    return _triton(sources) is not None and sources.stride(-1) == 1 and target.stride(-1) == 1 \
+        and target.dtype == sources.dtype
+
+
+def layerwise_project(sources: Tensor, target: Tensor, lengths: Sequence[int], params: Tensor, out: Tensor, *,
+                      projection: str, filter_negative: bool) -> tuple[Tensor, Tensor]:
+    """Layer-wise FedGP's reductions, coefficients and combination in three Triton kernels, written into ``out`` (m,)
+    (contiguous; it may be ``target``): see :func:`fda_core.core.segmented_triton.project` for ``params`` (2N + 1,)
+    = [w_i β_i, scale_i, a] and the returned (finiteness flag (1,), dot products and squared norms (2, N, L)).
+    Only where :func:`projection_kernels` holds; elsewhere the rules use :func:`layerwise_reductions` and
+    :func:`layerwise_combine` with the coefficients computed by torch operators."""
+    kernels = _triton(sources)
+    if kernels is None or not projection_kernels(sources, target) or not out.is_contiguous():
+        raise ValueError("layerwise_project needs the Triton kernels (a CUDA device with Triton, float32/64), rows of "
+                         "unit stride and a contiguous out; check projection_kernels(sources, target) first")
+    return kernels.project(sources, target, params, kernels.table_for(lengths, sources), out, projection=projection,
+                           filter_negative=filter_negative)

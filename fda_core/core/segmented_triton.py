@@ -39,8 +39,8 @@ try:  # Triton ships with CUDA builds of torch; the CPU wheel has none
 except ImportError:  # pragma: no cover - exercised where Triton is missing
     triton = None
 
-__all__ = ["available", "ChunkTable", "chunk_table", "reduce", "combine", "BLOCK", "KernelConfig", "default_config",
-           "table_for", "configured", "FORMS"]
+__all__ = ["available", "ChunkTable", "chunk_table", "reduce", "combine", "project", "BLOCK", "KernelConfig",
+           "default_config", "table_for", "configured", "compile_kernels", "FORMS", "PROJECTIONS"]
 
 #: elements per program of the ``loop`` form: 2,048 float32 = 8 KB per source and program, 16-byte loads with 8 warps
 BLOCK = 2048
@@ -124,13 +124,18 @@ def available(device: torch.device | str) -> bool:
 @dataclass(frozen=True)
 class ChunkTable:
     """Chunks of at most ``block`` elements that never straddle a segment: start (P,), length (P,), segment (P,) as
-    int32 on the device, and the (L, P) 0/1 matrix that sums per-chunk partials into per-segment sums."""
+    int32 on the device, the (L, P) 0/1 matrix that sums per-chunk partials into per-segment sums, and
+    ``segment_chunks`` (L + 1,) int32: segment k's chunks are the consecutive range [segment_chunks[k],
+    segment_chunks[k + 1]) (what the coefficient kernel of :func:`project` sums over), at most
+    ``max_segment_chunks`` long."""
 
     block: int
     starts: Tensor
     lengths: Tensor
     segments: Tensor
     chunk_to_segment: Tensor
+    segment_chunks: Tensor
+    max_segment_chunks: int
 
     @property
     def n_chunks(self) -> int:
@@ -146,19 +151,22 @@ def chunk_table(lengths: tuple[int, ...], device: torch.device, dtype: torch.dty
 
 @lru_cache(maxsize=32)
 def _table(lengths: tuple[int, ...], device: torch.device, dtype: torch.dtype, block: int) -> ChunkTable:
-    starts, lens, segs = [], [], []
+    starts, lens, segs, firsts = [], [], [], []
     offset = 0
     for k, n in enumerate(lengths):
+        firsts.append(len(starts))
         for s in range(0, n, block):
             starts.append(offset + s)
             lens.append(min(block, n - s))
             segs.append(k)
         offset += n
+    firsts.append(len(starts))
     seg = torch.tensor(segs, dtype=torch.int64)
     onehot = torch.zeros(len(lengths), len(segs), dtype=dtype)
     onehot[seg, torch.arange(len(segs))] = 1
     as32 = lambda v: torch.tensor(v, dtype=torch.int32, device=device)  # noqa: E731
-    return ChunkTable(block, as32(starts), as32(lens), seg.to(torch.int32).to(device), onehot.to(device))
+    return ChunkTable(block, as32(starts), as32(lens), seg.to(torch.int32).to(device), onehot.to(device), as32(firsts),
+                      max(b - a for a, b in zip(firsts, firsts[1:])))
 
 
 if triton is not None:
@@ -182,7 +190,7 @@ if triton is not None:
 
     @triton.jit
     def _combine_kernel(S, T, OUT, starts, lens, segs, coefs, target_coef, sums, n_segments, stride_s,
-                        n_sources: tl.constexpr, BLOCK: tl.constexpr):
+                        n_sources: tl.constexpr, BLOCK: tl.constexpr, FLAG: tl.constexpr = False):
         p = tl.program_id(0)
         start = tl.load(starts + p)
         n = tl.load(lens + p)
@@ -197,7 +205,7 @@ if triton is not None:
             acc += c * tl.load(s_ptr, mask=mask, other=0.0)
             s_ptr += stride_s
         tl.store(OUT + start + offs, acc, mask=mask)
-        tl.store(sums + p, tl.sum(acc, axis=0))
+        _chunk_sum(sums, p, acc, FLAG)
 
     @triton.jit
     def _reduce_tile_kernel(S, T, starts, lens, partial, tpartial, stride_s, n_sources,
@@ -219,7 +227,7 @@ if triton is not None:
 
     @triton.jit
     def _combine_tile_kernel(S, T, OUT, starts, lens, segs, coefs, target_coef, sums, n_segments, stride_s,
-                             n_sources, N_PAD: tl.constexpr, BLOCK: tl.constexpr):
+                             n_sources, N_PAD: tl.constexpr, BLOCK: tl.constexpr, FLAG: tl.constexpr = False):
         p = tl.program_id(0)
         start = tl.load(starts + p)
         n = tl.load(lens + p)
@@ -233,7 +241,75 @@ if triton is not None:
         s = tl.load(s_ptr, mask=row_mask[:, None] & mask[None, :], other=0.0)
         acc = tl.load(T + start + offs, mask=mask, other=0.0) * tl.load(target_coef) + tl.sum(c[:, None] * s, axis=0)
         tl.store(OUT + start + offs, acc, mask=mask)
-        tl.store(sums + p, tl.sum(acc, axis=0))
+        _chunk_sum(sums, p, acc, FLAG)
+
+    @triton.jit
+    def _chunk_sum(sums, p, acc, FLAG: tl.constexpr):
+        """Without FLAG: the chunk's sum of out into sums[p]. With FLAG: 0 · that sum added to the one-element
+        flag ``sums`` (0 when it is finite, NaN otherwise; every term is 0 or NaN, so the order of the atomic adds
+        cannot change the result)."""
+        if FLAG:
+            tl.atomic_add(sums, tl.sum(acc, axis=0) * 0.0)
+        else:
+            tl.store(sums + p, tl.sum(acc, axis=0))
+
+    @triton.jit
+    def _coef_kernel(partial, tpartial, segment_chunks, params, coefs, checks, flag, n_segments,
+                     n_sources: tl.constexpr, N_STEPS: tl.constexpr, COSINE: tl.constexpr, FILTER: tl.constexpr,
+                     IEEE_F32: tl.constexpr, CBLOCK: tl.constexpr):
+        """One program per segment k: sums its chunks' partials (in chunk order, CBLOCK at a time, in N_STEPS
+        steps: enough for the longest segment; the trip count is a constant, not the loaded chunk range, which
+        Triton's CPU interpreter cannot iterate over) into ⟨t_k, s_ik⟩,
+        ‖s_ik‖² and ‖t_k‖², writes them to ``checks`` (2, N, L), and the coefficient C[i, k] = w_i β_i · factor_ik
+        (docs/theory.md § Rules: factor = max(⟨t, s⟩, 0) / ‖s‖², or with COSINE max(⟨t, s⟩, 0) / (‖s‖ ‖t‖) · scale_i;
+        0 where the denominator is 0; without FILTER the dot product is not clamped) to ``coefs`` (N, L).
+        ``params`` = [w_i β_i (N), scale_i (N), a]. Adds 0 · (dots and norms) to ``flag``. IEEE_F32: float32
+        division and square root rounded to nearest, as torch's (Triton's defaults are approximate)."""
+        k = tl.program_id(0)
+        c0 = tl.load(segment_chunks + k)
+        c1 = tl.load(segment_chunks + k + 1)
+        offs = tl.arange(0, CBLOCK)
+        zero = tl.zeros([CBLOCK], dtype=tpartial.dtype.element_ty)
+        tacc = zero
+        for step in range(N_STEPS):
+            j = c0 + step * CBLOCK
+            tacc += tl.load(tpartial + j + offs, mask=j + offs < c1, other=0.0)
+        tnorm2 = tl.sum(tacc, axis=0)
+        bad = tl.sum(zero, axis=0)  # a 0 of the partials' dtype (a NaN or inf target reaches the dot products)
+        for i in tl.static_range(n_sources):
+            dacc = zero
+            nacc = zero
+            for step in range(N_STEPS):
+                j = c0 + step * CBLOCK
+                at = partial + (j + offs) * (2 * n_sources) + 2 * i
+                dacc += tl.load(at, mask=j + offs < c1, other=0.0)
+                nacc += tl.load(at + 1, mask=j + offs < c1, other=0.0)
+            dot = tl.sum(dacc, axis=0)
+            norm2 = tl.sum(nacc, axis=0)
+            tl.store(checks + i * n_segments + k, dot)
+            tl.store(checks + (n_sources + i) * n_segments + k, norm2)
+            if FILTER:
+                num = tl.maximum(dot, 0.0)
+            else:
+                num = dot
+            if COSINE:
+                if IEEE_F32:
+                    denom = tl.sqrt_rn(norm2) * tl.sqrt_rn(tnorm2)
+                else:
+                    denom = tl.sqrt(norm2) * tl.sqrt(tnorm2)
+            else:
+                denom = norm2
+            safe = tl.where(denom > 0, denom, 1.0)
+            if IEEE_F32:
+                quotient = tl.div_rn(num, safe)
+            else:
+                quotient = num / safe
+            factor = tl.where(denom > 0, quotient, 0.0)
+            if COSINE:
+                factor = factor * tl.load(params + n_sources + i)
+            tl.store(coefs + i * n_segments + k, tl.load(params + i) * factor)
+            bad += dot * 0.0 + norm2 * 0.0
+        tl.atomic_add(flag, bad)
 
 
 def _check(sources: Tensor, target: Tensor) -> None:
@@ -257,14 +333,7 @@ def reduce(sources: Tensor, target: Tensor, table: ChunkTable,
     _check(sources, target)
     config = _checked_config(config, table, sources.shape[0])
     n, p = sources.shape[0], table.n_chunks
-    partial = torch.empty(p, n, 2, dtype=sources.dtype, device=sources.device)
-    tpartial = torch.empty(p, 1, dtype=sources.dtype, device=sources.device)
-    if config.form == "loop":
-        _reduce_kernel[(p,)](sources, target, table.starts, table.lengths, partial, tpartial, sources.stride(0),
-                             n_sources=n, BLOCK=table.block, num_warps=config.num_warps)
-    else:
-        _reduce_tile_kernel[(p,)](sources, target, table.starts, table.lengths, partial, tpartial, sources.stride(0),
-                                  n, N_PAD=_pad(n), BLOCK=table.block, num_warps=config.num_warps)
+    partial, tpartial = _launch_reduce(sources, target, table, config)
     per_segment = torch.mm(table.chunk_to_segment.to(sources.dtype), torch.cat([partial.view(p, 2 * n), tpartial], 1))
     both = per_segment[:, :2 * n].view(-1, n, 2)  # (L, N, 2)
     return both[..., 0].T, both[..., 1].T, per_segment[:, 2 * n]
@@ -277,19 +346,126 @@ def combine(sources: Tensor, target: Tensor, target_coef: Tensor, coefs: Tensor,
     ``table`` must have been cut for ``config`` (:func:`table_for`)."""
     _check(sources, target)
     config = _checked_config(config, table, sources.shape[0])
-    n, p = sources.shape[0], table.n_chunks
-    sums = torch.empty(p, dtype=sources.dtype, device=sources.device)
+    sums = torch.empty(table.n_chunks, dtype=sources.dtype, device=sources.device)
     coefs = coefs.to(sources.dtype).contiguous()
     a = target_coef.to(device=sources.device, dtype=sources.dtype).reshape(1)
+    _launch_combine(sources, target, a, coefs, table, out, sums, config, flag=False)
+    return sums
+
+
+#: how the projection factor is formed in :func:`project` (docs/theory.md § Rules)
+PROJECTIONS = ("exact", "cosine")
+#: chunk partials the coefficient kernel sums per step (ResNet-18's longest segment, 2.36 M elements, is 1,152 chunks
+#: of 2,048: five steps)
+_COEF_BLOCK = 256
+
+
+def project(sources: Tensor, target: Tensor, params: Tensor, table: ChunkTable, out: Tensor, *,
+            projection: str = "exact", filter_negative: bool = True,
+            config: KernelConfig | None = None) -> tuple[Tensor, Tensor]:
+    """Layer-wise FedGP (exact or cosine) in three kernels, with no torch arithmetic between them: the reduction
+    (as :func:`reduce`), one program per segment forming the coefficients C (N, L) from its chunks' partials, and
+    the combination (as :func:`combine`) writing out = a·t + Σ_i C[i, seg(j)]·s_i[j] into ``out`` (m,).
+
+    ``params`` (2N + 1,) on the device, in the sources' dtype: [w_i β_i for each source (β weights the source
+    part), scale_i for each source (the cosine form's alignment factors; unused by ``exact``), a = 1 − Σ_i w_i β_i].
+    Returns ``flag`` (1,), 0 when every dot product, squared norm and chunk sum of out is finite and NaN otherwise
+    (its one read is the caller's single host synchronisation), and ``checks`` (2, N, L): the dot products and
+    squared norms, for the caller's exact re-check after a non-zero flag."""
+    _check(sources, target)
+    if projection not in PROJECTIONS:
+        raise ValueError(f"projection must be one of {PROJECTIONS}, got {projection!r}")
+    n = sources.shape[0]
+    if params.shape != (2 * n + 1,) or params.dtype != sources.dtype or params.device != sources.device:
+        raise ValueError(f"params must be a ({2 * n + 1},) tensor of dtype {sources.dtype} on {sources.device} "
+                         f"([w·β (N), scale (N), a]); got {tuple(params.shape)}, {params.dtype}, {params.device}")
+    config = _checked_config(config, table, n)
+    n_segments = table.segment_chunks.numel() - 1
+    partial, tpartial = _launch_reduce(sources, target, table, config)
+    coefs = torch.empty(n, n_segments, dtype=sources.dtype, device=sources.device)
+    checks = torch.empty(2, n, n_segments, dtype=sources.dtype, device=sources.device)
+    flag = torch.zeros(1, dtype=sources.dtype, device=sources.device)
+    _coef_kernel[(n_segments,)](partial, tpartial, table.segment_chunks, params, coefs, checks, flag, n_segments,
+                                n_sources=n, N_STEPS=-(-table.max_segment_chunks // _COEF_BLOCK),
+                                COSINE=projection == "cosine", FILTER=bool(filter_negative),
+                                IEEE_F32=sources.dtype == torch.float32, CBLOCK=_COEF_BLOCK, num_warps=4)
+    _launch_combine(sources, target, params[2 * n:], coefs, table, out, flag, config, flag=True)
+    return flag, checks
+
+
+def _launch_reduce(sources: Tensor, target: Tensor, table: ChunkTable, config: KernelConfig) -> tuple[Tensor, Tensor]:
+    """The reduction kernel: per-chunk partials (P, N, 2) (⟨t, s_i⟩, ‖s_i‖²) and (P, 1) (‖t‖²)."""
+    n, p = sources.shape[0], table.n_chunks
+    partial = torch.empty(p, n, 2, dtype=sources.dtype, device=sources.device)
+    tpartial = torch.empty(p, 1, dtype=sources.dtype, device=sources.device)
+    if config.form == "loop":
+        _reduce_kernel[(p,)](sources, target, table.starts, table.lengths, partial, tpartial, sources.stride(0),
+                             n_sources=n, BLOCK=table.block, num_warps=config.num_warps)
+    else:
+        _reduce_tile_kernel[(p,)](sources, target, table.starts, table.lengths, partial, tpartial, sources.stride(0),
+                                  n, N_PAD=_pad(n), BLOCK=table.block, num_warps=config.num_warps)
+    return partial, tpartial
+
+
+def _launch_combine(sources: Tensor, target: Tensor, a: Tensor, coefs: Tensor, table: ChunkTable, out: Tensor,
+                    sums: Tensor, config: KernelConfig, *, flag: bool) -> None:
+    """The combination kernel with a (1,) and C (N, L) contiguous on the device; ``sums`` (P,) per-chunk sums of
+    out, or with ``flag`` the (1,) finiteness flag it adds 0 · each chunk sum to."""
+    n, p = sources.shape[0], table.n_chunks
     if config.form == "loop":
         _combine_kernel[(p,)](sources, target, out, table.starts, table.lengths, table.segments, coefs, a, sums,
-                              coefs.shape[1], sources.stride(0), n_sources=n, BLOCK=table.block,
+                              coefs.shape[1], sources.stride(0), n_sources=n, BLOCK=table.block, FLAG=flag,
                               num_warps=config.num_warps)
     else:
         _combine_tile_kernel[(p,)](sources, target, out, table.starts, table.lengths, table.segments, coefs, a, sums,
-                                   coefs.shape[1], sources.stride(0), n, N_PAD=_pad(n), BLOCK=table.block,
+                                   coefs.shape[1], sources.stride(0), n, N_PAD=_pad(n), BLOCK=table.block, FLAG=flag,
                                    num_warps=config.num_warps)
-    return sums
+
+
+def compile_kernels(capability: int = 90, n_sources: int = 4) -> dict[str, int]:
+    """Compile every kernel variant the library launches (both forms of :func:`reduce` and :func:`combine`, with and
+    without the flag, and the coefficient kernel of :func:`project` for each projection, filter and dtype) for a
+    CUDA device of compute ``capability`` (90: Hopper), without a GPU: Triton's compiler and the ptxas it ships run
+    on the CPU. Returns the size of each variant's PTX. Catches what the interpreter cannot (it runs the kernels as
+    Python): type errors between branches, unsupported operations per dtype, bad constexpr use.
+    """
+    if triton is None:
+        raise RuntimeError("compile_kernels needs Triton (pip install triton), which the CPU torch wheel does not bring")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    target = GPUTarget("cuda", int(capability), 32)
+    sizes: dict[str, int] = {}
+
+    def build(name, fn, args: dict, constexprs: dict, num_warps: int) -> None:
+        signature = {**args, **{k: "constexpr" for k in constexprs}}
+        kernel = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs), target=target,
+                                options={"num_warps": num_warps})
+        sizes[name] = len(kernel.asm["ptx"])
+
+    n, pad = int(n_sources), _pad(n_sources)
+    for ty in ("fp32", "fp64"):
+        ptr = "*" + ty
+        reduce_args = {"S": ptr, "T": ptr, "starts": "*i32", "lens": "*i32", "partial": ptr, "tpartial": ptr,
+                       "stride_s": "i64"}
+        combine_args = {"S": ptr, "T": ptr, "OUT": ptr, "starts": "*i32", "lens": "*i32", "segs": "*i32",
+                        "coefs": ptr, "target_coef": ptr, "sums": ptr, "n_segments": "i32", "stride_s": "i64"}
+        build(f"reduce loop {ty}", _reduce_kernel, reduce_args, {"n_sources": n, "BLOCK": BLOCK}, 8)
+        build(f"reduce tile {ty}", _reduce_tile_kernel, {**reduce_args, "n_sources": "i32"},
+              {"N_PAD": pad, "BLOCK": 8192 // pad}, 8)
+        for flag in (False, True):
+            build(f"combine loop {ty} flag={flag}", _combine_kernel, combine_args,
+                  {"n_sources": n, "BLOCK": BLOCK, "FLAG": flag}, 8)
+            build(f"combine tile {ty} flag={flag}", _combine_tile_kernel, {**combine_args, "n_sources": "i32"},
+                  {"N_PAD": pad, "BLOCK": 8192 // pad, "FLAG": flag}, 8)
+        coef_args = {"partial": ptr, "tpartial": ptr, "segment_chunks": "*i32", "params": ptr, "coefs": ptr,
+                     "checks": ptr, "flag": ptr, "n_segments": "i32"}
+        for cosine in (False, True):
+            for filter_negative in (True, False):
+                build(f"coefficients {ty} cosine={cosine} filter={filter_negative}", _coef_kernel, coef_args,
+                      {"n_sources": n, "N_STEPS": 5, "COSINE": cosine, "FILTER": filter_negative,
+                       "IEEE_F32": ty == "fp32", "CBLOCK": _COEF_BLOCK}, 4)
+    return sizes
 
 
 def _checked_config(config: KernelConfig | None, table: ChunkTable, n_sources: int) -> KernelConfig:
