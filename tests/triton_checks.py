@@ -1,0 +1,151 @@
+"""The Triton kernels of fda_core.core.segmented_triton checked without a GPU; run by tests/test_segmented.py in a
+subprocess (Triton reads TRITON_INTERPRET when it is imported):
+
+* ``interpreted`` (TRITON_INTERPRET=1, Triton's CPU interpreter runs the kernels as Python on CPU tensors): every
+  form of the reduction and combination, the three-kernel projection (exact and cosine, with and without the
+  filter, float32 and float64) against the pure-torch functions of fda_core.core.segmented, and the public rules
+  with ``LAYERWISE_COEFFICIENTS = "kernel"`` against the per-segment loop, including bad input;
+* ``compiled``: every kernel variant compiled for a Hopper GPU (sm_90) by Triton's compiler and ptxas on the CPU,
+  which catches what the interpreter cannot (types across branches, operations a dtype lacks).
+
+Prints ``ok`` when every check passed.
+"""
+
+import sys
+from unittest import mock
+
+import torch
+
+import fda_core.core.aggregation as agg
+import fda_core.core.segmented as seg
+from fda_core.core import segmented_triton as T
+
+CASES = [((5000, 3, 64, 2048, 4097), 3), ((10,), 3), ((700, 1, 33), 5), ((300, 2), 1)]
+CONFIGS = [None, T.KernelConfig("loop", 256, 4), T.KernelConfig("tile", 256, 4), T.KernelConfig("tile", 8192, 8)]
+
+
+def tolerance(dtype):
+    return {} if dtype == torch.float64 else dict(rtol=1e-4, atol=1e-4)
+
+
+def reductions_and_combination():
+    torch.manual_seed(0)
+    for lengths, n in CASES:
+        m = sum(lengths)
+        S, t = torch.randn(n, m, dtype=torch.float64), torch.randn(m, dtype=torch.float64)
+        plan = seg.segment_plan(lengths, "cpu", torch.float64)
+        for config in CONFIGS:
+            table = T.table_for(lengths, S, config)
+            d, n2, t2 = T.reduce(S, t, table, config)
+            torch.testing.assert_close(d, seg.segment_dots(S, t, plan))
+            torch.testing.assert_close(n2, seg.segment_sqnorms(S, plan))
+            torch.testing.assert_close(t2, seg.segment_sqnorms(t, plan))
+            C = torch.randn(n, len(lengths), dtype=torch.float64)
+            out = torch.full_like(t, float("nan"))
+            sums = T.combine(S, t, torch.tensor(0.3, dtype=torch.float64), C, table, out, config)
+            ref = seg.segment_combine(S, t, 0.3, C, plan)
+            torch.testing.assert_close(out, ref)
+            torch.testing.assert_close(sums.sum(), ref.sum())
+    try:
+        T.reduce(S, t, T.table_for(lengths, S), T.KernelConfig("tile", 64, 4))
+    except ValueError as e:
+        assert "table_for" in str(e)
+    else:
+        raise AssertionError("a table cut for another config was accepted")
+
+
+def projection():
+    """T.project against the torch formulas (docs/theory.md § Rules) on the chunked torch reductions."""
+    torch.manual_seed(0)
+    for dtype in (torch.float64, torch.float32):
+        for lengths, n in CASES:
+            m = sum(lengths)
+            S, t = torch.randn(n, m, dtype=dtype), torch.randn(m, dtype=dtype)
+            S[0, :3] = 0  # a zero segment (when the first segment is 3 long): its coefficient is 0
+            plan = seg.segment_plan(lengths, "cpu", dtype)
+            d, n2, t2 = seg.segment_dots(S, t, plan), seg.segment_sqnorms(S, plan), seg.segment_sqnorms(t, plan)
+            wb, scale = torch.rand(n, dtype=dtype) / n, torch.rand(n, dtype=dtype) + 0.5
+            a = 1 - wb.sum()
+            params = torch.cat([wb, scale, a.reshape(1)])
+            for config in CONFIGS[:3]:
+                table = T.table_for(lengths, S, config)
+                for mode in T.PROJECTIONS:
+                    for filter_negative in (True, False):
+                        out = torch.full_like(t, float("nan"))
+                        flag, checks = T.project(S, t, params, table, out, projection=mode,
+                                                 filter_negative=filter_negative, config=config)
+                        num = d.clamp_min(0) if filter_negative else d
+                        den = n2 if mode == "exact" else n2.sqrt() * t2.sqrt()
+                        factor = torch.where(den > 0, num / den, 0.0) * (scale[:, None] if mode == "cosine" else 1)
+                        ref = seg.segment_combine(S, t, a, wb[:, None] * factor, plan)
+                        torch.testing.assert_close(out, ref, **tolerance(dtype))
+                        torch.testing.assert_close(checks, torch.stack([d, n2]), **tolerance(dtype))
+                        assert float(flag) == 0.0, flag
+            S[-1, 5] = float("inf")
+            flag, _ = T.project(S, t, params, T.table_for(lengths, S), torch.empty_like(t))
+            assert flag.isnan().all(), flag
+    for bad, match in [(dict(projection="angle"), "projection"), (dict(params=torch.zeros(2)), "params")]:
+        try:
+            T.project(S, t, bad.get("params", params), T.table_for(lengths, S), torch.empty_like(t),
+                      projection=bad.get("projection", "exact"))
+        except ValueError as e:
+            assert match in str(e), e
+        else:
+            raise AssertionError(f"project accepted {bad}")
+
+
+def rules():
+    """fedgp, fedgp_nofilter and fedgp_cosine with the coefficients in the kernel, through the library's CUDA code
+    path on CPU tensors, against the per-segment loop (the CPU default): segments, ``out``, ``out`` = target, dicts."""
+    torch.manual_seed(1)
+    lengths = [300, 7, 2048 * 2 + 5, 1, 64]
+    keys = [f"p{k}" for k in range(len(lengths))]
+    as_dict = lambda v: dict(zip(keys, v.split(lengths)))  # noqa: E731
+    for dtype in (torch.float64, torch.float32):
+        S, t = torch.randn(3, sum(lengths), dtype=dtype), torch.randn(sum(lengths), dtype=dtype)
+        S[1, :300] = 0  # a zero source segment
+        S[2, 300:307] = -t[300:307]  # a negative projection: filtered out (kept without the filter)
+        tol = {} if dtype == torch.float64 else dict(rtol=1e-5, atol=1e-5)
+        calls = [("fedgp", dict(beta=0.4)), ("fedgp_nofilter", dict(beta=[0.2, 0.5, 0.9], weights=[1, 2, 3])),
+                 ("fedgp_cosine", dict(beta=0.7, alignment=[0.5, 1.0, 2.0])),
+                 ("fedgp", dict(beta=torch.tensor([0.1, 0.3, 1.0])))]
+        for rule, kw in calls:
+            fn = getattr(agg, rule)
+            ref = fn(S, t, segments=lengths, **kw)
+            with mock.patch.object(seg, "_triton", lambda s: T), mock.patch.object(agg, "LAYERWISE_BACKEND", "segmented"), \
+                    mock.patch.object(agg, "LAYERWISE_COEFFICIENTS", "kernel"), \
+                    mock.patch.object(T, "project", wraps=T.project) as project:
+                out = torch.full_like(t, float("nan"))
+                assert fn(S, t, segments=lengths, out=out, **kw) is out
+                torch.testing.assert_close(out, ref, **tol)
+                target = t.clone()
+                fn(S, target, segments=lengths, out=target, **kw)
+                torch.testing.assert_close(target, ref, **tol)
+                got = fn([as_dict(r) for r in S], as_dict(t), **kw)
+                torch.testing.assert_close(torch.cat([got[k] for k in keys]), ref, **tol)
+                assert project.call_count == 3, project.call_count
+                nan = S.clone()
+                nan[2, 5] = float("nan")
+                expect_error(lambda: fn(nan, t, segments=lengths, **kw), "source_grads[2]")
+                huge = torch.full_like(t, torch.finfo(dtype).max / 2)
+                expect_error(lambda: fn(torch.ones_like(S), huge, segments=lengths, **kw), "too large")
+
+
+def expect_error(call, text):
+    try:
+        call()
+    except ValueError as e:
+        assert text in str(e), e
+    else:
+        raise AssertionError(f"no ValueError mentioning {text!r}")
+
+
+def compiled():
+    sizes = T.compile_kernels(90)
+    assert len(sizes) == 20 and all(v > 1000 for v in sizes.values()), sizes
+
+
+if __name__ == "__main__":
+    for name in sys.argv[1:]:
+        {"interpreted": lambda: (reductions_and_combination(), projection(), rules()), "compiled": compiled}[name]()
+    print("ok")
