@@ -381,6 +381,47 @@ def test_float32_inputs_supported():
     assert math.isfinite(float(out.sum()))
 
 
+#: Python numbers at the edges of what the rules accept, before and after rounding to float32: -1e-50 rounds to -0.0
+#: (accepted), 1 + 1e-9 to 1.0 (accepted), 1 + 1e-6 stays above 1, 4e38 overflows float32 to inf, 1e-45 is subnormal
+_EDGE_NUMBERS = [0.0, -0.0, 0.5, 1.0, 1, 0, 2, -1, 1 + 1e-9, 1 + 1e-6, -1e-50, -1e-30, 1e-45, 3e38, 4e38, float("inf"),
+                 float("nan")]
+_number = st.one_of(st.sampled_from(_EDGE_NUMBERS), st.floats(-0.5, 1.5, allow_nan=False))
+_per_source = st.one_of(st.none(), _number, st.lists(_number, min_size=3, max_size=3),
+                        st.lists(_number, min_size=3, max_size=3).map(tuple))
+
+
+def _outcome(call):
+    try:
+        return "result", call()
+    except ValueError as e:
+        return "error", str(e).split(", got")[0]
+
+
+@settings(max_examples=200, deadline=None)
+@given(dtype=st.sampled_from([torch.float32, torch.float64]), rule=st.sampled_from(["fedgp", "fedda", "fedgp_cosine"]),
+       beta=_per_source, weights=_per_source, alignment=_per_source)
+def test_python_numbers_are_checked_as_their_tensors_are(dtype, rule, beta, weights, alignment):
+    """β, weights and alignment given as Python numbers are checked in Python (no torch operators): the outcome, the
+    result's bits or the error (up to the repr of the value), equals that of the same values given as tensors."""
+    gen = torch.Generator().manual_seed(0)
+    S, t = torch.randn(3, 5, generator=gen, dtype=dtype), torch.randn(5, generator=gen, dtype=dtype)
+    beta = 0.5 if beta is None else beta
+    as_tensor = lambda v: None if v is None else torch.tensor(v, dtype=dtype)  # noqa: E731
+
+    def call(b, w, a):
+        if rule == "fedgp_cosine":
+            return lambda: fedgp_cosine(S, t, b, w, alignment=a)
+        return lambda: get_rule(rule)(S, t, b, w)
+
+    python = _outcome(call(beta, weights, alignment))
+    tensors = _outcome(call(as_tensor(beta), as_tensor(weights), as_tensor(alignment)))
+    assert python[0] == tensors[0], (python, tensors)
+    if python[0] == "result":
+        assert torch.equal(python[1], tensors[1])
+    else:
+        assert python[1] == tensors[1]
+
+
 # ------------------------------------------------------------------ out= buffers
 def test_out_buffer_flat_sequence_and_dict():
     g = torch.Generator().manual_seed(7)

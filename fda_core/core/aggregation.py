@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import operator
+import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
@@ -370,23 +371,88 @@ def _per_source(value: BetaLike | None, blocks: _Blocks, name: str, *, default: 
     return t
 
 
+def _round_float32(x: float) -> float:
+    """``x`` rounded to the nearest float32 (as ``torch.tensor(x, dtype=torch.float32)`` does), as a Python float."""
+    try:
+        return struct.unpack("f", struct.pack("f", x))[0]
+    except OverflowError:  # beyond float32's range: torch gives ±inf
+        return math.copysign(math.inf, x)
+
+
+_ROUND_TO = {torch.float64: float, torch.float32: _round_float32}
+
+
+def _python_values(value: Any, blocks: _Blocks) -> list[float] | None:
+    """``value`` as one Python float per source, each rounded to the target's dtype as the tensor path would, when it
+    is a Python number or a list/tuple of N Python numbers and the dtype is float32/64; None otherwise (the tensor
+    path then converts and checks it). Checking these in Python spares a dozen tiny torch operators per call."""
+    round_to = _ROUND_TO.get(blocks.target[0].dtype)
+    n = blocks.n_sources
+    if round_to is None:
+        return None
+    if type(value) in (int, float):
+        items = [value] * n
+    elif type(value) in (list, tuple) and len(value) == n and all(type(v) in (int, float) for v in value):
+        items = value
+    else:
+        return None
+    try:
+        return [round_to(float(v)) for v in items]
+    except OverflowError:  # an int too large for a float: let the tensor path report it
+        return None
+
+
+def _host_tensor(values: list[float], blocks: _Blocks, name: str, original: Any) -> Tensor:
+    """Checked-finite Python values (from :func:`_python_values`) as an (N,) host tensor in the target's dtype."""
+    if not all(math.isfinite(v) for v in values):
+        raise ValueError(f"{name} must be finite, got {original!r}")
+    return torch.tensor(values, dtype=blocks.target[0].dtype)
+
+
 def _check_beta(beta: BetaLike, blocks: _Blocks, move: bool = True) -> Tensor:
     """β checked (on the host for Python values), on the target's device (where it was checked unless ``move``)."""
-    b = _per_source(beta, blocks, "beta")
-    if bool((b < 0).any()) or bool((b > 1).any()):
+    values = _python_values(beta, blocks)
+    if values is not None:
+        b = _host_tensor(values, blocks, "beta", beta)
+        out_of_range = not all(0.0 <= v <= 1.0 for v in values)
+    else:
+        b = _per_source(beta, blocks, "beta")
+        out_of_range = bool((b < 0).any()) or bool((b > 1).any())
+    if out_of_range:
         raise ValueError(f"beta must lie in [0, 1] (β weights the source part), got {beta!r}")
     return _to_target_device(b, blocks) if move else b
 
 
 def _check_weights(weights: BetaLike | None, blocks: _Blocks, move: bool = True) -> Tensor:
     """The weights checked and normalised to sum 1, on the target's device (where they were checked unless ``move``)."""
-    w = _per_source(weights, blocks, "weights", default=1.0)
-    if bool((w < 0).any()):
+    values = _python_values(1.0 if weights is None else weights, blocks)
+    if values is not None:
+        w = _host_tensor(values, blocks, "weights", weights)
+        negative, no_mass = any(v < 0 for v in values), not any(v > 0 for v in values)
+    else:
+        w = _per_source(weights, blocks, "weights", default=1.0)
+        negative = bool((w < 0).any())
+    if negative:
         raise ValueError(f"weights must be non-negative, got {weights!r}")
     total = w.sum(-1, keepdim=True)
-    if bool((total <= 0).any()):
+    if no_mass if values is not None else bool((total <= 0).any()):  # non-negative values: Σ > 0 iff one is > 0
         raise ValueError(f"weights must have a positive sum, got {weights!r}")
     return _to_target_device(w / total, blocks) if move else w / total
+
+
+def _check_alignment(alignment: BetaLike | None, blocks: _Blocks) -> Tensor:
+    """The cosine form's alignment factors (default 1) checked non-negative, where they were given (the host for
+    Python values)."""
+    values = _python_values(1.0 if alignment is None else alignment, blocks)
+    if values is not None:
+        a = _host_tensor(values, blocks, "alignment", alignment)
+        negative = any(v < 0 for v in values)
+    else:
+        a = _per_source(alignment, blocks, "alignment", default=1.0)
+        negative = bool((a < 0).any())
+    if negative:
+        raise ValueError(f"alignment must be non-negative, got {alignment!r}")
+    return a
 
 
 def _to_target_device(x: Tensor, blocks: _Blocks) -> Tensor:
@@ -854,9 +920,7 @@ def fedgp_cosine(
     fused = _fused(blocks)
     b = _check_beta(beta, blocks, move=not fused)
     w = _check_weights(weights, blocks, move=not fused)
-    a = _per_source(alignment, blocks, "alignment", default=1.0)
-    if bool((a < 0).any()):
-        raise ValueError(f"alignment must be non-negative, got {alignment!r}")
+    a = _check_alignment(alignment, blocks)
     if fused:
         return _project_fused(blocks, b, w, a, "cosine", True, out)
     a = _to_target_device(a, blocks)
