@@ -54,6 +54,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import math
 import os
 import platform
@@ -74,6 +75,7 @@ if str(_ROOT) not in sys.path:  # run from a checkout without installing the pac
 from fda_core.core.aggregation import fedgp, fedgp_cosine  # noqa: E402
 from fda_core.common.files import atomic_write_json  # noqa: E402
 from fda_core.core import segmented_triton  # noqa: E402
+import fda_core.core.aggregation as aggregation_module  # noqa: E402
 
 BETA = 0.5
 TARGET_CPU = 3.0  # library within 3x of the copy floor on CPU (project brief)
@@ -442,7 +444,16 @@ def environment(dev: torch.device) -> dict:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
+        "triton": _triton_version(),
     }
+
+
+def _triton_version() -> str | None:
+    """The importable Triton's version (the GPU kernels' compiler), None without one."""
+    try:
+        return importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def format_report(records: list[dict], env: dict) -> str:
@@ -451,7 +462,9 @@ def format_report(records: list[dict], env: dict) -> str:
     lines = [
         f"FedGP aggregation benchmark (exact projection, beta={BETA}, uniform weights, float32)",
         f"device: {env['device']} ({env['device_name']}), torch {env['torch']}, threads {env['threads']}"
-        + (f", layer-wise Triton kernels {env['kernel_config']}" if on_gpu and env.get("kernel_config") else ""),
+        + (f", layer-wise Triton kernels {env['kernel_config']}" if on_gpu and env.get("kernel_config") else "")
+        + (f", coefficients by {env['coefficients']}" if on_gpu and env.get("coefficients") else "")
+        + (f", Triton {env['triton']}" if on_gpu and env.get("triton") else ""),
         f"model: {records[0]['n_tensors']} tensors, {records[0]['n_params']:,} parameters",
         "",
         f"{'N':>3}  {'form':<16} {'median ms':>11} {'x floor':>9} {'speed-up vs naive':>18}",
@@ -508,6 +521,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--kernel-config", metavar="FORM:BLOCK:WARPS", default=None,
                    help="the layer-wise Triton kernels' configuration on a GPU (default: the library's; "
                         "see benchmarks/segmented_kernels.py)")
+    p.add_argument("--coefficients", choices=["torch", "kernel"], default=None,
+                   help="where layer-wise FedGP forms its coefficients on a GPU (fda_core.core.aggregation."
+                        "LAYERWISE_COEFFICIENTS; default: the library's)")
     args = p.parse_args(argv)
     kernel_config = None
     if args.kernel_config is not None:
@@ -524,9 +540,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = environment(dev)
     print(f"running on {env['device']} ({env['device_name']}), torch {env['torch']}, threads {env['threads']}, "
           f"N in {sources}, repeats {repeats} ...", file=sys.stderr, flush=True)
-    with segmented_triton.configured(kernel_config or segmented_triton.default_config()):
-        env["kernel_config"] = segmented_triton.default_config().label
-        records = run(str(dev), sources, repeats, seed=args.seed, interleave=not args.sequential, verbose=True)
+    saved = aggregation_module.LAYERWISE_COEFFICIENTS
+    aggregation_module.LAYERWISE_COEFFICIENTS = args.coefficients or saved
+    env["coefficients"] = aggregation_module.LAYERWISE_COEFFICIENTS
+    try:
+        with segmented_triton.configured(kernel_config or segmented_triton.default_config()):
+            env["kernel_config"] = segmented_triton.default_config().label
+            records = run(str(dev), sources, repeats, seed=args.seed, interleave=not args.sequential, verbose=True)
+    finally:
+        aggregation_module.LAYERWISE_COEFFICIENTS = saved
     print(format_report(records, env))
     if args.json:
         atomic_write_json(args.json, {

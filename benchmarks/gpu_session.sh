@@ -44,6 +44,8 @@ for s in "$@"; do
     agg-best) best=$(python3 -c "import json, sys; r = [x for x in json.load(open(sys.argv[1]))['results'] if x['n_sources'] == 4 and x['row'].endswith(' fedgp')]; print(min(r, key=lambda x: x['median_ms'])['config'])" "$OUT/kernels.json") \
                 && echo "agg-best: $best" | tee -a "$OUT/steps.txt" \
                 && step agg-best 120 python3 benchmarks/aggregation.py --device cuda --kernel-config "$best" --json "$OUT/agg-best.json" ;;
+    # aggregation.py with the coefficients formed in the third Triton kernel (LAYERWISE_COEFFICIENTS = "kernel")
+    agg-kcoef) step agg-kcoef 120 python3 benchmarks/aggregation.py --device cuda --coefficients kernel --json "$OUT/agg-kcoef.json" ;;
     # the tests parametrised over devices, their CUDA cases only (the segmented kernels and the batched clients)
     gputest-cuda) step gputest-cuda 120 python3 -m pytest -q -p no:cacheprovider -k "cuda or gpu" tests/test_segmented.py tests/test_batched_clients.py ;;
     gputest) step gputest 240 python3 -m pytest -q -p no:cacheprovider tests/test_segmented.py tests/test_aggregation.py tests/test_federated.py tests/test_batched_clients.py ;;
