@@ -11,6 +11,13 @@ One program per chunk:
 * ``_combine``: out = a·t + Σ_i C[i, k]·s_i on its chunk (k the chunk's segment): one more pass over S, one write
   of out, and the chunk's sum of out (the caller's finiteness check).
 
+Between the two, the rules form the coefficients C (N, L) from the per-segment sums with a few torch operators
+(``fda_core.core.aggregation.LAYERWISE_COEFFICIENTS = "torch"``, the default) — or :func:`project` does the whole
+rule in three kernels (``"kernel"``): ``_coef_kernel``, one program per segment, sums the segment's chunk partials
+(its chunks are consecutive, ``ChunkTable.segment_chunks``) and forms C and a finiteness flag, and ``_combine``
+adds 0 · each chunk's sum to that flag instead of writing the sums. Every term added to the flag is 0 or NaN, so the
+atomic adds give the same flag in any order: one host read per call, nothing else on the host between the kernels.
+
 Two forms of each kernel (:class:`KernelConfig`), same arithmetic: ``loop`` visits the sources one after another
 (one chunk of one source in flight per program, and for ``_reduce`` a block-wide reduction after each), ``tile``
 loads the chunk of every source at once as one (N_pad, BLOCK) tile (N_pad the next power of two ≥ N) and reduces
@@ -20,7 +27,9 @@ bounded. Which is faster is a property of the device, measured by ``benchmarks/s
 N = 10 sources, and the tile form's reduction was 1.3–1.8× slower there (its (16, 512) tile spills registers).
 
 Used only on CUDA devices when Triton is importable (:func:`available`); the CPU (and any device without Triton)
-uses the pure-torch functions. Float32 and float64 inputs; partial sums accumulate in the input's dtype.
+uses the pure-torch functions. Float32 and float64 inputs; partial sums accumulate in the input's dtype. Without a
+GPU the kernels are still checked: Triton's CPU interpreter runs them, and :func:`compile_kernels` compiles every
+variant for a Hopper GPU (``tests/triton_checks.py``).
 """
 
 from __future__ import annotations
