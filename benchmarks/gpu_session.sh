@@ -8,6 +8,14 @@
 # so the same step in the next call resumes; NB_LIMIT (seconds) sets their limit, the sum of the walls is the time.
 # DEADLINE_S (seconds from the start, default 540) caps every step's limit at what is left of it, so that the logs are
 # always packed before the call's own limit (run's timeout_s) kills the script: set timeout_s some 30 s above it.
+#
+# Next lease (prepared 2026-11-26 without a device): first call, carry [".whl"] (bash benchmarks/gpu_wheels.sh
+# --no-survset, 48 MB), timeout_s 570:
+#   bash benchmarks/gpu_session.sh gputest-cuda hostwork kernels agg agg-kcoef
+# gputest-cuda now also runs both coefficient placements on CUDA (test_gpu_coefficient_placements_equal_the_cpu_loop)
+# and counts one host synchronisation per call for each; if they pass and `fedgp, kernel coefficients` (kernels) and
+# agg-kcoef beat the default, LAYERWISE_COEFFICIENTS = "kernel" can become the CUDA default. Then inb-full (carry
+# .whl from --pot-only and .gpudata from gpu_data.sh mnist) and the paper-scale notebooks as time allows.
 set -u
 START_S=$(date +%s); DEADLINE_S=${DEADLINE_S:-540}
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
