@@ -171,3 +171,19 @@ def test_host_work_benchmark_takes_the_gpu_code_path_on_the_cpu():
     with pytest.raises(ValueError, match="coefficients"):
         bench.run("cpu", sources=(2,), repeats=1, scale=10000, coefficients=("triton",))
     assert "kernels stubbed" in bench.format_report(records, bench.environment(bench.resolve_device("cpu")))
+
+
+def test_kernel_code_reads_instructions_and_needs_triton(capsys):
+    """benchmarks/kernel_code.py without Triton: the PTX reader on a hand-written snippet (comments, debug lines,
+    temporary labels and the DWARF sections dropped, the kernel's name normalised); the command refuses to run,
+    naming where Triton is (the tests that compile for real are in tests/triton_checks.py)."""
+    bench = _load("kernel_code")
+    ptx = ("//\n// Generated\n.visible .entry _reduce_kernel(\n\t.param .u64 _reduce_kernel_param_0\n)\n{\n"
+           "\t.loc\t1 10 4\n$L__tmp1:\n\tld.global.b32 \t%r1, [%rd1]; // a load\n\tret;\n}\n"
+           ".section\t.debug_abbrev\n{\n.b8 1\n}\n")
+    assert bench.instructions(ptx, "_reduce_kernel") == [
+        ".visible .entry K(", ".param .u64 K", ")", "{", "ld.global.b32 \t%r1, [%rd1];", "ret;", "}"]
+    if bench.segmented_triton.triton is None:
+        with pytest.raises(SystemExit):
+            bench.main(["--against", "HEAD"])
+        assert ".venv/triton" in capsys.readouterr().err

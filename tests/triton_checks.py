@@ -12,6 +12,7 @@ Prints ``ok`` when every check passed.
 """
 
 import sys
+from pathlib import Path
 from unittest import mock
 
 import torch
@@ -141,8 +142,21 @@ def expect_error(call, text):
 
 
 def compiled():
-    sizes = T.compile_kernels(90)
-    assert len(sizes) == 20 and all(v > 1000 for v in sizes.values()), sizes
+    ptx = T.compile_kernels(90)
+    assert len(ptx) == 20 and all(".entry" in text and len(text) > 1000 for text in ptx.values()), list(ptx)
+    # benchmarks/kernel_code.py: a copy of the module compiles to the same instructions; a copy whose reduction
+    # kernel squares the target's chunk differently differs there and only there
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import kernel_code
+
+    source = Path(T.__file__).read_text()
+    records = kernel_code.compare(kernel_code.load_source(source, "segmented_triton_copy"))
+    assert all(r["same"] for r in records), [r for r in records if not r["same"]]
+    line = "tl.store(tpartial + p, tl.sum(t * t, axis=0))"
+    assert source.count(line) == 2  # the loop and tile reductions
+    changed = kernel_code.load_source(source.replace(line, line.replace("t * t", "t * t * 2.0")), "segmented_triton_changed")
+    records = kernel_code.compare(changed)
+    assert {r["variant"] for r in records if not r["same"]} == {r["variant"] for r in records if "reduce" in r["variant"]}
 
 
 if __name__ == "__main__":

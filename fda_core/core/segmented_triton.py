@@ -49,7 +49,8 @@ except ImportError:  # pragma: no cover - exercised where Triton is missing
     triton = None
 
 __all__ = ["available", "ChunkTable", "chunk_table", "reduce", "combine", "project", "BLOCK", "KernelConfig",
-           "default_config", "table_for", "configured", "compile_kernels", "FORMS", "PROJECTIONS"]
+           "default_config", "table_for", "configured", "compile_kernels", "compile_variant", "kernel_variants",
+           "KernelVariant", "FORMS", "PROJECTIONS"]
 
 #: elements per program of the ``loop`` form: 2,048 float32 = 8 KB per source and program, 16-byte loads with 8 warps
 BLOCK = 2048
@@ -431,50 +432,71 @@ def _launch_combine(sources: Tensor, target: Tensor, a: Tensor, coefs: Tensor, t
                                    num_warps=config.num_warps)
 
 
-def compile_kernels(capability: int = 90, n_sources: int = 4) -> dict[str, int]:
-    """Compile every kernel variant the library launches (both forms of :func:`reduce` and :func:`combine`, with and
-    without the flag, and the coefficient kernel of :func:`project` for each projection, filter and dtype) for a
-    CUDA device of compute ``capability`` (90: Hopper), without a GPU: Triton's compiler and the ptxas it ships run
-    on the CPU. Returns the size of each variant's PTX. Catches what the interpreter cannot (it runs the kernels as
-    Python): type errors between branches, unsupported operations per dtype, bad constexpr use.
-    """
-    if triton is None:
-        raise RuntimeError("compile_kernels needs Triton (pip install triton), which the CPU torch wheel does not bring")
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+@dataclass(frozen=True)
+class KernelVariant:
+    """One compiled form of a kernel: its ``name`` in reports, the module attribute ``kernel``, the run-time ``args``
+    (name → Triton type, e.g. ``*fp32``), the ``constexprs`` and ``num_warps``."""
 
-    target = GPUTarget("cuda", int(capability), 32)
-    sizes: dict[str, int] = {}
+    name: str
+    kernel: str
+    args: dict
+    constexprs: dict
+    num_warps: int
 
-    def build(name, fn, args: dict, constexprs: dict, num_warps: int) -> None:
-        signature = {**args, **{k: "constexpr" for k in constexprs}}
-        kernel = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs), target=target,
-                                options={"num_warps": num_warps})
-        sizes[name] = len(kernel.asm["ptx"])
 
+def kernel_variants(n_sources: int = 4) -> list[KernelVariant]:
+    """Every kernel variant the library launches for ``n_sources`` sources: both forms of :func:`reduce` and
+    :func:`combine` (the latter with and without the flag) and the coefficient kernel of :func:`project` for each
+    projection and filter, in float32 and float64."""
     n, pad = int(n_sources), _pad(n_sources)
+    variants = []
     for ty in ("fp32", "fp64"):
         ptr = "*" + ty
         reduce_args = {"S": ptr, "T": ptr, "starts": "*i32", "lens": "*i32", "partial": ptr, "tpartial": ptr,
                        "stride_s": "i64"}
         combine_args = {"S": ptr, "T": ptr, "OUT": ptr, "starts": "*i32", "lens": "*i32", "segs": "*i32",
                         "coefs": ptr, "target_coef": ptr, "sums": ptr, "n_segments": "i32", "stride_s": "i64"}
-        build(f"reduce loop {ty}", _reduce_kernel, reduce_args, {"n_sources": n, "BLOCK": BLOCK}, 8)
-        build(f"reduce tile {ty}", _reduce_tile_kernel, {**reduce_args, "n_sources": "i32"},
-              {"N_PAD": pad, "BLOCK": 8192 // pad}, 8)
+        variants.append(KernelVariant(f"reduce loop {ty}", "_reduce_kernel", reduce_args,
+                                      {"n_sources": n, "BLOCK": BLOCK}, 8))
+        variants.append(KernelVariant(f"reduce tile {ty}", "_reduce_tile_kernel", {**reduce_args, "n_sources": "i32"},
+                                      {"N_PAD": pad, "BLOCK": 8192 // pad}, 8))
         for flag in (False, True):
-            build(f"combine loop {ty} flag={flag}", _combine_kernel, combine_args,
-                  {"n_sources": n, "BLOCK": BLOCK, "FLAG": flag}, 8)
-            build(f"combine tile {ty} flag={flag}", _combine_tile_kernel, {**combine_args, "n_sources": "i32"},
-                  {"N_PAD": pad, "BLOCK": 8192 // pad, "FLAG": flag}, 8)
+            variants.append(KernelVariant(f"combine loop {ty} flag={flag}", "_combine_kernel", combine_args,
+                                          {"n_sources": n, "BLOCK": BLOCK, "FLAG": flag}, 8))
+            variants.append(KernelVariant(f"combine tile {ty} flag={flag}", "_combine_tile_kernel",
+                                          {**combine_args, "n_sources": "i32"},
+                                          {"N_PAD": pad, "BLOCK": 8192 // pad, "FLAG": flag}, 8))
         coef_args = {"partial": ptr, "tpartial": ptr, "segment_chunks": "*i32", "params": ptr, "coefs": ptr,
                      "checks": ptr, "flag": ptr, "n_segments": "i32"}
         for cosine in (False, True):
             for filter_negative in (True, False):
-                build(f"coefficients {ty} cosine={cosine} filter={filter_negative}", _coef_kernel, coef_args,
-                      {"n_sources": n, "N_STEPS": 5, "COSINE": cosine, "FILTER": filter_negative,
-                       "IEEE_F32": ty == "fp32", "CBLOCK": _COEF_BLOCK}, 4)
-    return sizes
+                variants.append(KernelVariant(
+                    f"coefficients {ty} cosine={cosine} filter={filter_negative}", "_coef_kernel", coef_args,
+                    {"n_sources": n, "N_STEPS": 5, "COSINE": cosine, "FILTER": filter_negative,
+                     "IEEE_F32": ty == "fp32", "CBLOCK": _COEF_BLOCK}, 4))
+    return variants
+
+
+def compile_variant(variant: KernelVariant, capability: int = 90, kernel=None) -> str:
+    """The PTX of ``variant`` compiled for a CUDA device of compute ``capability`` (90: Hopper) without a GPU: Triton's
+    compiler and the ptxas it ships run on the CPU. ``kernel`` overrides the JIT function (another version's)."""
+    if triton is None:
+        raise RuntimeError("compiling the kernels needs Triton (pip install triton), which the CPU torch wheel lacks")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn = kernel if kernel is not None else globals()[variant.kernel]
+    signature = {**variant.args, **{k: "constexpr" for k in variant.constexprs}}
+    compiled = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=variant.constexprs),
+                              target=GPUTarget("cuda", int(capability), 32), options={"num_warps": variant.num_warps})
+    return compiled.asm["ptx"]
+
+
+def compile_kernels(capability: int = 90, n_sources: int = 4) -> dict[str, str]:
+    """Every variant of :func:`kernel_variants` compiled for compute ``capability`` without a GPU (see
+    :func:`compile_variant`): name → PTX. Catches what Triton's interpreter cannot (it runs the kernels as Python):
+    type errors between branches, operations a dtype lacks, bad constexpr use."""
+    return {v.name: compile_variant(v, capability) for v in kernel_variants(n_sources)}
 
 
 def _checked_config(config: KernelConfig | None, table: ChunkTable, n_sources: int) -> KernelConfig:
