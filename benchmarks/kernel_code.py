@@ -1,5 +1,5 @@
 """Did a change alter the GPU code? The layer-wise Triton kernels of this checkout and of another revision compiled for
-a Hopper GPU (sm_90) on the CPU, variant by variant, and their PTX instructions compared.
+a Hopper GPU (sm_90) on the CPU, variant by variant, and their PTX instructions compared (up to the numbering of virtual registers).
 
 GPU time is scarce (a lent device, some sessions only): a refactor of ``fda_core/core/segmented_triton.py`` that leaves
 every kernel's instructions as they were cannot change its speed or its results, and this shows it without a device.
@@ -8,7 +8,8 @@ Both versions are compiled with the importable Triton (``make test`` installs on
 revision's kernels are compiled with the same arguments, less the compile-time constants they do not have, provided
 those stand at the current kernel's default (a new ``FLAG`` that defaults to off is the old kernel); otherwise the
 variant is new. Compared: the PTX instructions in order, without debug information (``.loc``, ``.file``, the
-``$L__tmp`` labels, the DWARF sections) and with the kernel's own name normalised.
+``$L__tmp`` labels, the DWARF sections), with the kernel's own name normalised and the virtual registers renumbered
+in order of first use (ptxas allocates the real registers anew, so register names carry no meaning).
 
 Usage::
 
@@ -38,15 +39,28 @@ MODULE_PATH = "fda_core/core/segmented_triton.py"
 
 
 def instructions(ptx: str, kernel: str) -> list[str]:
-    """The PTX's instructions in order, without comments, debug information and temporary labels, and with the kernel's
-    name (mangled or not) replaced by ``K``."""
+    """The PTX's instructions in order, without comments, debug information and temporary labels, with the kernel's
+    name (mangled or not) replaced by ``K`` and the virtual registers renumbered in order of first use per class
+    (``%r7`` → ``%r0`` …): PTX registers are names that ptxas allocates anew, so two listings that differ only in them
+    are the same program."""
     body = ptx.split(".section")[0]  # the DWARF sections follow the code
+    names: dict[str, str] = {}
+    counts: dict[str, int] = {}
+
+    def rename(match: re.Match) -> str:
+        token, kind = match.group(0), match.group(1)
+        if token not in names:
+            names[token] = f"%{kind}{counts.get(kind, 0)}"
+            counts[kind] = counts.get(kind, 0) + 1
+        return names[token]
+
     kept = []
     for line in body.splitlines():
         text = line.split("//")[0].strip()
         if not text or text.startswith((".loc", ".file", "$L__tmp")):
             continue
-        kept.append(re.sub(re.escape(kernel) + r"\w*", "K", text))
+        text = re.sub(re.escape(kernel) + r"\w*", "K", text)
+        kept.append(re.sub(r"%([a-z]+)(\d+)\b", rename, text))
     return kept
 
 

@@ -179,10 +179,11 @@ def test_kernel_code_reads_instructions_and_needs_triton(capsys):
     naming where Triton is (the tests that compile for real are in tests/triton_checks.py)."""
     bench = _load("kernel_code")
     ptx = ("//\n// Generated\n.visible .entry _reduce_kernel(\n\t.param .u64 _reduce_kernel_param_0\n)\n{\n"
-           "\t.loc\t1 10 4\n$L__tmp1:\n\tld.global.b32 \t%r1, [%rd1]; // a load\n\tret;\n}\n"
-           ".section\t.debug_abbrev\n{\n.b8 1\n}\n")
+           "\t.loc\t1 10 4\n$L__tmp1:\n\tld.global.b32 \t%r7, [%rd3]; // a load\n\tadd.s32 \t%r2, %r7, %r7;\n"
+           "\tret;\n}\n.section\t.debug_abbrev\n{\n.b8 1\n}\n")
     assert bench.instructions(ptx, "_reduce_kernel") == [
-        ".visible .entry K(", ".param .u64 K", ")", "{", "ld.global.b32 \t%r1, [%rd1];", "ret;", "}"]
+        ".visible .entry K(", ".param .u64 K", ")", "{", "ld.global.b32 \t%r0, [%rd0];", "add.s32 \t%r1, %r0, %r0;",
+        "ret;", "}"]  # registers renumbered in order of first use, per class
     if bench.segmented_triton.triton is None:
         with pytest.raises(SystemExit):
             bench.main(["--against", "HEAD"])
