@@ -401,6 +401,16 @@ def test_kernel_config_is_checked_and_sizes_its_chunks():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpu_coefficient_kernel_equals_torch_bit_for_bit():
+    """The coefficient kernel on CUDA against torch's formula with IEEE square roots, bit for bit, subnormal and zero
+    sums included (tests/triton_checks.py; the interpreter runs the same check on the CPU, but only the device shows
+    whether compiled division and square roots flush subnormals or approximate)."""
+    from triton_checks import coefficients_bitwise
+
+    coefficients_bitwise("cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("coefficients", ["torch", "kernel"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("rule", sorted(SEGMENT_RULES))

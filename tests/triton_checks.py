@@ -11,10 +11,12 @@ subprocess (Triton reads TRITON_INTERPRET when it is imported):
 Prints ``ok`` when every check passed.
 """
 
+import re
 import sys
 from pathlib import Path
 from unittest import mock
 
+import numpy as np
 import torch
 
 import fda_core.core.aggregation as agg
@@ -95,6 +97,45 @@ def projection():
             raise AssertionError(f"project accepted {bad}")
 
 
+def ieee_sqrt(x: torch.Tensor) -> torch.Tensor:
+    """The correctly rounded square root (numpy's): torch's CPU ``sqrt`` (2.13, x86) is 1 ulp off for some 0.6% of
+    float32 and float64 values, unlike CUDA's ``sqrt.rn``, which the kernels match."""
+    return torch.from_numpy(np.sqrt(x.cpu().numpy()))
+
+
+def coefficients_bitwise(device: str = "cpu") -> None:
+    """The coefficient kernel's C against torch's formula on the same sums, bit for bit, in float32 and float64, each
+    segment one chunk (so its sums are the given values): negative, zero and subnormal dot products and norms, zero
+    denominators. Triton's float32 ``div_rn``/``sqrt_rn`` would flush the subnormals; the kernel must not."""
+    for dtype in (torch.float32, torch.float64):
+        tiny = torch.finfo(dtype).tiny / 8  # subnormal
+        dots = torch.tensor([[1.5, -2.0, 0.0, tiny, 3.0, 7.25], [0.1, 0.2, -tiny, 5.0, 1e-3, 2.0],
+                             [4.0, 1.0, 2.0, 3.0, tiny * 3, -1.0]], dtype=dtype)
+        norms = torch.tensor([[2.0, 3.0, 0.0, tiny, 9.0, 0.3], [tiny, 0.7, 1.0, 0.0, 2.0, 5.5],
+                              [1.0, tiny * 5, 3.0, 0.1, 4.0, 2.0]], dtype=dtype)
+        tnorms = torch.tensor([1.0, 0.0, tiny, 2.5, 0.3, 7.0], dtype=dtype)
+        n, segments = dots.shape
+        partial = torch.stack([dots.T, norms.T], -1).contiguous().to(device)  # (P = L, N, 2)
+        tpartial = tnorms.reshape(-1, 1).to(device)
+        wb, scale = torch.tensor([0.2, 0.3, 0.1], dtype=dtype), torch.tensor([0.5, 1.0, 2.0], dtype=dtype)
+        params = torch.cat([wb, scale, (1 - wb.sum()).reshape(1)]).to(device)
+        chunks = torch.arange(segments + 1, dtype=torch.int32, device=device)
+        for cosine in (False, True):
+            for filter_negative in (True, False):
+                coefs = torch.empty(n, segments, dtype=dtype, device=device)
+                checks = torch.empty(2, n, segments, dtype=dtype, device=device)
+                flag = torch.zeros(1, dtype=dtype, device=device)
+                T._coef_kernel[(segments,)](partial, tpartial, chunks, params, coefs, checks, flag, segments,
+                                            n_sources=n, N_STEPS=1, COSINE=cosine, FILTER=filter_negative,
+                                            IEEE_F32=dtype == torch.float32, CBLOCK=T._COEF_BLOCK)
+                num = dots.clamp_min(0) if filter_negative else dots
+                den = ieee_sqrt(norms) * ieee_sqrt(tnorms) if cosine else norms
+                factor = torch.where(den > 0, num / den, 0.0) * (scale[:, None] if cosine else 1)
+                expected = wb[:, None] * factor
+                assert torch.equal(coefs.cpu(), expected), (dtype, cosine, filter_negative, coefs.cpu(), expected)
+                assert torch.equal(checks.cpu(), torch.stack([dots, norms])) and float(flag) == 0.0
+
+
 def rules():
     """fedgp, fedgp_nofilter and fedgp_cosine with the coefficients in the kernel, through the library's CUDA code
     path on CPU tensors, against the per-segment loop (the CPU default): segments, ``out``, ``out`` = target, dicts."""
@@ -144,6 +185,11 @@ def expect_error(call, text):
 def compiled():
     ptx = T.compile_kernels(90)
     assert len(ptx) == 20 and all(".entry" in text and len(text) > 1000 for text in ptx.values()), list(ptx)
+    # no instruction flushes subnormals to zero or approximates (torch's CUDA arithmetic does neither; Triton's float32
+    # div_rn/sqrt_rn are .ftz, its / and sqrt .approx/.full)
+    for name, text in ptx.items():
+        inexact = sorted(set(re.findall(r"\b[a-z]+(?:\.[a-z0-9]+)*\.(?:ftz|approx|full)(?:\.[a-z0-9]+)*", text)))
+        assert not inexact, (name, inexact)
     # benchmarks/kernel_code.py: a copy of the module compiles to the same instructions; a copy whose reduction
     # kernel squares the target's chunk differently differs there and only there
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
@@ -161,5 +207,6 @@ def compiled():
 
 if __name__ == "__main__":
     for name in sys.argv[1:]:
-        {"interpreted": lambda: (reductions_and_combination(), projection(), rules()), "compiled": compiled}[name]()
+        {"interpreted": lambda: (reductions_and_combination(), projection(), coefficients_bitwise(), rules()),
+         "compiled": compiled}[name]()
     print("ok")

@@ -98,7 +98,7 @@ def _segmented(device: torch.device) -> bool:
 #: where layer-wise FedGP (:func:`fedgp`, :func:`fedgp_nofilter`, :func:`fedgp_cosine` on dicts or ``segments``) forms
 #: its per-segment coefficients when the Triton kernels run (CUDA, segmented backend): "torch" (torch operators
 #: between the reduction and the combination kernel: some 20 small kernel launches per call) or "kernel" (one more
-#: Triton kernel, which also forms the finiteness flag: three kernels, two small copies and one flag read per call;
+#: Triton kernel, which also forms the finiteness flag: three kernels, one small copy and one flag read per call;
 #: :func:`fda_core.core.segmented_triton.project`). Same arithmetic; the per-segment sums are added in another order,
 #: so the two agree to float rounding. Elsewhere (the CPU) the setting changes nothing.
 LAYERWISE_COEFFICIENTS = "torch"
@@ -428,14 +428,18 @@ def _check_weights(weights: BetaLike | None, blocks: _Blocks, move: bool = True)
     values = _python_values(1.0 if weights is None else weights, blocks)
     if values is not None:
         w = _host_tensor(values, blocks, "weights", weights)
-        negative, no_mass = any(v < 0 for v in values), not any(v > 0 for v in values)
+        negative = any(v < 0 for v in values)
     else:
         w = _per_source(weights, blocks, "weights", default=1.0)
         negative = bool((w < 0).any())
     if negative:
         raise ValueError(f"weights must be non-negative, got {weights!r}")
     total = w.sum(-1, keepdim=True)
-    if no_mass if values is not None else bool((total <= 0).any()):  # non-negative values: Σ > 0 iff one is > 0
+    if values is not None:
+        no_mass = not any(v > 0 for v in values)  # non-negative values: their sum is > 0 iff one of them is
+    else:
+        no_mass = bool((total <= 0).any())
+    if no_mass:
         raise ValueError(f"weights must have a positive sum, got {weights!r}")
     return _to_target_device(w / total, blocks) if move else w / total
 

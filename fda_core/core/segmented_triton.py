@@ -273,8 +273,11 @@ if triton is not None:
         ‖s_ik‖² and ‖t_k‖², writes them to ``checks`` (2, N, L), and the coefficient C[i, k] = w_i β_i · factor_ik
         (docs/theory.md § Rules: factor = max(⟨t, s⟩, 0) / ‖s‖², or with COSINE max(⟨t, s⟩, 0) / (‖s‖ ‖t‖) · scale_i;
         0 where the denominator is 0; without FILTER the dot product is not clamped) to ``coefs`` (N, L).
-        ``params`` = [w_i β_i (N), scale_i (N), a]. Adds 0 · (dots and norms) to ``flag``. IEEE_F32: float32
-        division and square root rounded to nearest, as torch's (Triton's defaults are approximate)."""
+        ``params`` = [w_i β_i (N), scale_i (N), a]. Adds 0 · (dots and norms) to ``flag``. IEEE_F32: the float32
+        division and square roots rounded as torch's (IEEE, subnormals kept): Triton's ``/`` and ``sqrt`` are
+        approximate and its ``div_rn``/``sqrt_rn`` flush subnormals to zero, so they are done in float64 (IEEE there)
+        and rounded to float32, which gives the correctly rounded float32 result (53 ≥ 2·24 + 2 bits: rounding twice
+        cannot differ from rounding once for a quotient or a square root)."""
         k = tl.program_id(0)
         c0 = tl.load(segment_chunks + k)
         c1 = tl.load(segment_chunks + k + 1)
@@ -304,14 +307,14 @@ if triton is not None:
                 num = dot
             if COSINE:
                 if IEEE_F32:
-                    denom = tl.sqrt_rn(norm2) * tl.sqrt_rn(tnorm2)
+                    denom = tl.sqrt(norm2.to(tl.float64)).to(tl.float32) * tl.sqrt(tnorm2.to(tl.float64)).to(tl.float32)
                 else:
                     denom = tl.sqrt(norm2) * tl.sqrt(tnorm2)
             else:
                 denom = norm2
             safe = tl.where(denom > 0, denom, 1.0)
             if IEEE_F32:
-                quotient = tl.div_rn(num, safe)
+                quotient = (num.to(tl.float64) / safe.to(tl.float64)).to(tl.float32)
             else:
                 quotient = num / safe
             factor = tl.where(denom > 0, quotient, 0.0)
