@@ -64,6 +64,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
@@ -507,11 +508,17 @@ def format_report(records: list[dict], env: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def benchmark_parser(doc: str, sources: Sequence[int] = (4, 10)) -> argparse.ArgumentParser:
+    """An argument parser (described by ``doc``'s first paragraph) with the options the aggregation benchmarks share:
+    ``--device`` and ``--sources`` (default ``sources``)."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="auto: cuda if available")
-    p.add_argument("--sources", type=int, nargs="+", default=[4, 10], metavar="N", help="numbers of sources N")
+    p.add_argument("--sources", type=int, nargs="+", default=list(sources), metavar="N", help="numbers of sources N")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = benchmark_parser(__doc__)
     p.add_argument("--repeats", type=int, default=None, help="timed repeats per measurement (default 10; 3 with --quick)")
     p.add_argument("--quick", action="store_true", help="smoke test: R=3 and only N=4")
     p.add_argument("--seed", type=int, default=0, help="seed of the random updates")
@@ -540,15 +547,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = environment(dev)
     print(f"running on {env['device']} ({env['device_name']}), torch {env['torch']}, threads {env['threads']}, "
           f"N in {sources}, repeats {repeats} ...", file=sys.stderr, flush=True)
-    saved = aggregation_module.LAYERWISE_COEFFICIENTS
-    aggregation_module.LAYERWISE_COEFFICIENTS = args.coefficients or saved
-    env["coefficients"] = aggregation_module.LAYERWISE_COEFFICIENTS
-    try:
-        with segmented_triton.configured(kernel_config or segmented_triton.default_config()):
-            env["kernel_config"] = segmented_triton.default_config().label
-            records = run(str(dev), sources, repeats, seed=args.seed, interleave=not args.sequential, verbose=True)
-    finally:
-        aggregation_module.LAYERWISE_COEFFICIENTS = saved
+    coefficients = args.coefficients or aggregation_module.LAYERWISE_COEFFICIENTS
+    env["coefficients"] = coefficients
+    with mock.patch.object(aggregation_module, "LAYERWISE_COEFFICIENTS", coefficients), \
+            segmented_triton.configured(kernel_config or segmented_triton.default_config()):
+        env["kernel_config"] = segmented_triton.default_config().label
+        records = run(str(dev), sources, repeats, seed=args.seed, interleave=not args.sequential, verbose=True)
     print(format_report(records, env))
     if args.json:
         atomic_write_json(args.json, {

@@ -25,7 +25,6 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import collections
 import contextlib
 import itertools
@@ -43,7 +42,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from aggregation import BETA, environment, resnet18_shapes, resolve_device  # noqa: E402
+from aggregation import BETA, benchmark_parser, environment, resnet18_shapes, resolve_device  # noqa: E402
 
 import fda_core.core.aggregation as aggregation  # noqa: E402
 import fda_core.core.segmented as segmented  # noqa: E402
@@ -154,10 +153,7 @@ def format_report(records: list[dict], env: dict) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="auto: cuda if available")
-    p.add_argument("--sources", type=int, nargs="+", default=[4], metavar="N")
+    p = benchmark_parser(__doc__, sources=(4,))
     p.add_argument("--repeats", type=int, default=300)
     p.add_argument("--scale", type=int, default=1000, help="divide ResNet-18's segment lengths by this (default 1000)")
     p.add_argument("--coefficients", nargs="+", choices=COEFFICIENTS, default=list(COEFFICIENTS),

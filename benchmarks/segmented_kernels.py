@@ -34,7 +34,6 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import math
 import statistics
@@ -42,13 +41,15 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from aggregation import BETA, _as_named, environment, make_updates, resolve_device, time_round_robin  # noqa: E402
+from aggregation import (BETA, _as_named, benchmark_parser, environment, make_updates, resolve_device,  # noqa: E402
+                         time_round_robin)
 
 import fda_core.core.aggregation as aggregation_module  # noqa: E402
 from fda_core.common.devices import host_synchronisations  # noqa: E402
@@ -172,23 +173,12 @@ def run(device: str = "cuda", sources: Sequence[int] = (4, 10), repeats: int = 3
 KERNEL_COEFS = "fedgp, kernel coefficients"
 
 
-@contextlib.contextmanager
-def kernel_coefficients():
-    """``LAYERWISE_COEFFICIENTS = "kernel"`` inside the block (restored after)."""
-    saved = aggregation_module.LAYERWISE_COEFFICIENTS
-    aggregation_module.LAYERWISE_COEFFICIENTS = "kernel"
-    try:
-        yield
-    finally:
-        aggregation_module.LAYERWISE_COEFFICIENTS = saved
-
-
 def _kernel_coefficient_rows(S: torch.Tensor, t: torch.Tensor, lengths: list[int], out: torch.Tensor,
                              reference: torch.Tensor) -> dict[str, Callable[[], Any]]:
     """The rows of the three-kernel path (library's kernel configuration), its result checked against ``reference``
     (the default path's) first."""
     def call():
-        with kernel_coefficients():
+        with mock.patch.object(aggregation_module, "LAYERWISE_COEFFICIENTS", "kernel"):
             return fedgp(S, t, BETA, out=out, segments=lengths)
 
     call()
@@ -277,10 +267,7 @@ def format_report(records: list[dict], env: dict) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="auto: cuda if available")
-    p.add_argument("--sources", type=int, nargs="+", default=[4, 10], metavar="N", help="numbers of sources N")
+    p = benchmark_parser(__doc__)
     p.add_argument("--repeats", type=int, default=30, help="timed calls per row (default 30)")
     p.add_argument("--configs", nargs="+", default=list(DEFAULT_CONFIGS), metavar="FORM:BLOCK:WARPS",
                    help=f"kernel configurations (default {' '.join(DEFAULT_CONFIGS)})")

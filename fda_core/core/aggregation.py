@@ -409,31 +409,32 @@ def _host_tensor(values: list[float], blocks: _Blocks, name: str, original: Any)
     return torch.tensor(values, dtype=blocks.target[0].dtype)
 
 
+def _checked_per_source(value: BetaLike | None, blocks: _Blocks, name: str, bounds: str, *, upper: float | None = None,
+                        default: float | None = None) -> tuple[Tensor, list[float] | None]:
+    """``value`` per source (:func:`_per_source`) checked finite, ≥ 0 and, with ``upper``, ≤ ``upper`` (a ValueError
+    "{name} must {bounds}" otherwise): the tensor and its Python values, or None for the values when it came as a
+    tensor. Python numbers are checked in Python (:func:`_python_values`), tensors where they are."""
+    values = _python_values(default if value is None else value, blocks)
+    if values is not None:
+        t = _host_tensor(values, blocks, name, value)
+        outside = not all(0.0 <= v and (upper is None or v <= upper) for v in values)
+    else:
+        t = _per_source(value, blocks, name, default=default)
+        outside = bool((t < 0).any()) or (upper is not None and bool((t > upper).any()))
+    if outside:
+        raise ValueError(f"{name} must {bounds}, got {value!r}")
+    return t, values
+
+
 def _check_beta(beta: BetaLike, blocks: _Blocks, move: bool = True) -> Tensor:
     """β checked (on the host for Python values), on the target's device (where it was checked unless ``move``)."""
-    values = _python_values(beta, blocks)
-    if values is not None:
-        b = _host_tensor(values, blocks, "beta", beta)
-        out_of_range = not all(0.0 <= v <= 1.0 for v in values)
-    else:
-        b = _per_source(beta, blocks, "beta")
-        out_of_range = bool((b < 0).any()) or bool((b > 1).any())
-    if out_of_range:
-        raise ValueError(f"beta must lie in [0, 1] (β weights the source part), got {beta!r}")
+    b, _ = _checked_per_source(beta, blocks, "beta", "lie in [0, 1] (β weights the source part)", upper=1.0)
     return _to_target_device(b, blocks) if move else b
 
 
 def _check_weights(weights: BetaLike | None, blocks: _Blocks, move: bool = True) -> Tensor:
     """The weights checked and normalised to sum 1, on the target's device (where they were checked unless ``move``)."""
-    values = _python_values(1.0 if weights is None else weights, blocks)
-    if values is not None:
-        w = _host_tensor(values, blocks, "weights", weights)
-        negative = any(v < 0 for v in values)
-    else:
-        w = _per_source(weights, blocks, "weights", default=1.0)
-        negative = bool((w < 0).any())
-    if negative:
-        raise ValueError(f"weights must be non-negative, got {weights!r}")
+    w, values = _checked_per_source(weights, blocks, "weights", "be non-negative", default=1.0)
     total = w.sum(-1, keepdim=True)
     if values is not None:
         no_mass = not any(v > 0 for v in values)  # non-negative values: their sum is > 0 iff one of them is
@@ -447,16 +448,7 @@ def _check_weights(weights: BetaLike | None, blocks: _Blocks, move: bool = True)
 def _check_alignment(alignment: BetaLike | None, blocks: _Blocks) -> Tensor:
     """The cosine form's alignment factors (default 1) checked non-negative, where they were given (the host for
     Python values)."""
-    values = _python_values(1.0 if alignment is None else alignment, blocks)
-    if values is not None:
-        a = _host_tensor(values, blocks, "alignment", alignment)
-        negative = any(v < 0 for v in values)
-    else:
-        a = _per_source(alignment, blocks, "alignment", default=1.0)
-        negative = bool((a < 0).any())
-    if negative:
-        raise ValueError(f"alignment must be non-negative, got {alignment!r}")
-    return a
+    return _checked_per_source(alignment, blocks, "alignment", "be non-negative", default=1.0)[0]
 
 
 def _to_target_device(x: Tensor, blocks: _Blocks) -> Tensor:
