@@ -83,6 +83,8 @@ for s in "$@"; do
     *) echo "unknown step $s"; exit 2 ;;
   esac
 done
+# what the result store holds, with modification times (seconds): how far a paper-scale notebook got, run by run
+ls -lR --time-style=+%s results > "$OUT/results-ls.txt" 2>/dev/null
 # the device returns at most 8 files: pack everything into one archive
 (cd "$OUT" && tar czf /tmp/gpu-session.tgz . && find . -mindepth 1 -delete && mv /tmp/gpu-session.tgz .)
 

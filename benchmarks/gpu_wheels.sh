@@ -6,12 +6,15 @@
 # notebook 07: its wheel (47 MB) is cut down here to the one table the workbook reads (support2).
 # --pot-only: POT alone (33 MB), for benchmarks/inb.py on full MNIST (step inb-full), whose .gpudata/MNIST (12 MB) does
 # not fit beside the whole set.
-# Usage: bash benchmarks/gpu_wheels.sh [--no-pot] [--no-survset] [--pot-only]
+# --slim: without jedi and debugpy (10 MB), which IPython and ipykernel import only where present: a papermill kernel
+# runs without them (checked on the 2-core VM with both hidden). `--slim --no-survset` (39 MB) leaves room for
+# .gpudata/MNIST (12 MB) beside the notebook stack and POT, so one call can run the benchmarks, inb-full and notebooks.
+# Usage: bash benchmarks/gpu_wheels.sh [--no-pot] [--no-survset] [--pot-only] [--slim]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
-pot=1; survset=1; stack=1
-for a in "$@"; do case $a in --no-pot) pot=0 ;; --no-survset) survset=0 ;; --pot-only) stack=0; survset=0 ;;
+pot=1; survset=1; stack=1; slim=0
+for a in "$@"; do case $a in --no-pot) pot=0 ;; --no-survset) survset=0 ;; --pot-only) stack=0; survset=0 ;; --slim) slim=1 ;;
   *) echo "unknown option $a"; exit 2 ;; esac; done
 rm -rf .whl && mkdir -p .whl
 dl() { "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -36,4 +39,5 @@ if [ "$survset" = 1 ]; then
      && mv RECORD.new survset-0.2.11.dist-info/RECORD && rm "$OLDPWD/$wheel" && zip -qr "$OLDPWD/$wheel" .)
   rm -rf "$work"
 fi
+[ "$slim" = 1 ] && rm -f .whl/jedi-*.whl .whl/debugpy-*.whl
 du -sh .whl
