@@ -203,6 +203,17 @@ def compiled():
     changed = kernel_code.load_source(source.replace(line, line.replace("t * t", "t * t * 2.0")), "segmented_triton_changed")
     records = kernel_code.compare(changed)
     assert {r["variant"] for r in records if not r["same"]} == {r["variant"] for r in records if "reduce" in r["variant"]}
+    # Triton's launch binder binds every kernel's arguments; a copy whose coefficient kernel names an argument
+    # ``params`` (the first version's, which failed on the device) is caught
+    T.check_launch_binders(90)
+    assert source.count("rule_values") >= 4
+    shadowed = kernel_code.load_source(source.replace("rule_values", "params"), "segmented_triton_params")
+    try:
+        shadowed.check_launch_binders(90)
+    except RuntimeError as error:
+        assert "_coef_kernel" in str(error), error
+    else:
+        raise AssertionError("an argument named params was not caught")
 
 
 if __name__ == "__main__":

@@ -264,7 +264,7 @@ if triton is not None:
             tl.store(sums + p, tl.sum(acc, axis=0))
 
     @triton.jit
-    def _coef_kernel(partial, tpartial, segment_chunks, params, coefs, checks, flag, n_segments,
+    def _coef_kernel(partial, tpartial, segment_chunks, rule_values, coefs, checks, flag, n_segments,
                      n_sources: tl.constexpr, N_STEPS: tl.constexpr, COSINE: tl.constexpr, FILTER: tl.constexpr,
                      IEEE_F32: tl.constexpr, CBLOCK: tl.constexpr):
         """One program per segment k: sums its chunks' partials (in chunk order, CBLOCK at a time, in N_STEPS
@@ -273,7 +273,9 @@ if triton is not None:
         ‖s_ik‖² and ‖t_k‖², writes them to ``checks`` (2, N, L), and the coefficient C[i, k] = w_i β_i · factor_ik
         (docs/theory.md § Rules: factor = max(⟨t, s⟩, 0) / ‖s‖², or with COSINE max(⟨t, s⟩, 0) / (‖s‖ ‖t‖) · scale_i;
         0 where the denominator is 0; without FILTER the dot product is not clamped) to ``coefs`` (N, L).
-        ``params`` = [w_i β_i (N), scale_i (N), a]. Adds 0 · (dots and norms) to ``flag``. IEEE_F32: the float32
+        ``rule_values`` = [w_i β_i (N), scale_i (N), a] (not named ``params``: Triton's launch binder has a local
+        of that name, which such an argument shadows, and the launch fails; :func:`check_launch_binders`). Adds
+        0 · (dots and norms) to ``flag``. IEEE_F32: the float32
         division and square roots rounded as torch's (IEEE, subnormals kept): Triton's ``/`` and ``sqrt`` are
         approximate and its ``div_rn``/``sqrt_rn`` flush subnormals to zero, so they are done in float64 (IEEE there)
         and rounded to float32, which gives the correctly rounded float32 result (53 ≥ 2·24 + 2 bits: rounding twice
@@ -319,8 +321,8 @@ if triton is not None:
                 quotient = num / safe
             factor = tl.where(denom > 0, quotient, 0.0)
             if COSINE:
-                factor = factor * tl.load(params + n_sources + i)
-            tl.store(coefs + i * n_segments + k, tl.load(params + i) * factor)
+                factor = factor * tl.load(rule_values + n_sources + i)
+            tl.store(coefs + i * n_segments + k, tl.load(rule_values + i) * factor)
             bad += dot * 0.0 + norm2 * 0.0
         tl.atomic_add(flag, bad)
 
@@ -469,7 +471,7 @@ def kernel_variants(n_sources: int = 4) -> list[KernelVariant]:
             variants.append(KernelVariant(f"combine tile {ty} flag={flag}", "_combine_tile_kernel",
                                           {**combine_args, "n_sources": "i32"},
                                           {"N_PAD": pad, "BLOCK": 8192 // pad, "FLAG": flag}, 8))
-        coef_args = {"partial": ptr, "tpartial": ptr, "segment_chunks": "*i32", "params": ptr, "coefs": ptr,
+        coef_args = {"partial": ptr, "tpartial": ptr, "segment_chunks": "*i32", "rule_values": ptr, "coefs": ptr,
                      "checks": ptr, "flag": ptr, "n_segments": "i32"}
         for cosine in (False, True):
             for filter_negative in (True, False):
@@ -500,6 +502,34 @@ def compile_kernels(capability: int = 90, n_sources: int = 4) -> dict[str, str]:
     :func:`compile_variant`): name → PTX. Catches what Triton's interpreter cannot (it runs the kernels as Python):
     type errors between branches, operations a dtype lacks, bad constexpr use."""
     return {v.name: compile_variant(v, capability) for v in kernel_variants(n_sources)}
+
+
+KERNELS = ("_reduce_kernel", "_reduce_tile_kernel", "_combine_kernel", "_combine_tile_kernel", "_coef_kernel")
+
+
+def check_launch_binders(capability: int = 90) -> None:
+    """Builds Triton's launch binder (the generated function that binds a launch's arguments before the cache look-up)
+    of every kernel in :data:`KERNELS` for compute ``capability``, without a GPU, and calls it with a distinct integer
+    per argument: raises if an argument does not come back as itself. The binder's own locals (``params``,
+    ``specialization``, ``options``) shadow kernel arguments of those names, which then fail only at launch, on the
+    device (the coefficient kernel's ``params`` did, on an H200 on 2026-11-26); neither the interpreter nor
+    :func:`compile_kernels` goes through the binder."""
+    if triton is None:
+        raise RuntimeError("checking the launch binders needs Triton (pip install triton), which the CPU torch wheel lacks")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler.compiler import make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    backend = make_backend(GPUTarget("cuda", int(capability), 32))
+    for name in KERNELS:
+        fn = globals()[name]
+        values = [1000 + i for i in range(len(fn.params))]
+        try:
+            bound = create_function_from_signature(fn.signature, fn.params, backend)(*values)[0]
+        except TypeError as error:
+            raise RuntimeError(f"{name}: Triton's launch binder cannot bind its arguments {fn.arg_names}: {error}")
+        if bound != dict(zip(fn.arg_names, values)):
+            raise RuntimeError(f"{name}: Triton's launch binder binds {bound}, not its arguments {fn.arg_names}")
 
 
 def _checked_config(config: KernelConfig | None, table: ChunkTable, n_sources: int) -> KernelConfig:
