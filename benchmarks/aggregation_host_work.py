@@ -15,7 +15,7 @@ arithmetic itself costs next to nothing, it counts the torch (aten) operator cal
   two or three pinned copies per call with ``torch`` coefficients, one with ``kernel``).
 
 ``--coefficients`` (default both): where the per-segment coefficients are formed, ``torch`` (operators between the
-two kernels, the library's default) or ``kernel`` (a third Triton kernel, ``LAYERWISE_COEFFICIENTS = "kernel"``).
+two kernels) or ``kernel`` (a third Triton kernel, ``LAYERWISE_COEFFICIENTS = "kernel"``, the library's default).
 
 Usage::
 

@@ -9,13 +9,10 @@
 # DEADLINE_S (seconds from the start, default 540) caps every step's limit at what is left of it, so that the logs are
 # always packed before the call's own limit (run's timeout_s) kills the script: set timeout_s some 30 s above it.
 #
-# Next lease (prepared 2026-11-26 without a device): first call, carry [".whl"] (bash benchmarks/gpu_wheels.sh
-# --no-survset, 48 MB), timeout_s 570:
-#   bash benchmarks/gpu_session.sh gputest-cuda hostwork kernels agg agg-kcoef
-# gputest-cuda now also runs both coefficient placements on CUDA (test_gpu_coefficient_placements_equal_the_cpu_loop)
-# and counts one host synchronisation per call for each; if they pass and `fedgp, kernel coefficients` (kernels) and
-# agg-kcoef beat the default, LAYERWISE_COEFFICIENTS = "kernel" can become the CUDA default. Then inb-full (carry
-# .whl from --pot-only and .gpudata from gpu_data.sh mnist) and the paper-scale notebooks as time allows.
+# One call can carry the notebook stack, POT and full MNIST: bash benchmarks/gpu_wheels.sh --slim --no-survset (39 MB),
+# bash benchmarks/gpu_data.sh mnist, carry [".whl", ".gpudata/MNIST"] (2026-11-26: 60 MiB with the tree). A lease is
+# 900 s of device time, the start (~100 s) included, and a warm machine goes back after 30 s idle: plan one long call.
+# Next lease: the paper-scale notebooks, one per call with NB_LIMIT (nb08p: 14 of its 28 runs in 484 s on an H200).
 set -u
 START_S=$(date +%s); DEADLINE_S=${DEADLINE_S:-540}
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
@@ -52,8 +49,9 @@ for s in "$@"; do
     agg-best) best=$(python3 -c "import json, sys; r = [x for x in json.load(open(sys.argv[1]))['results'] if x['n_sources'] == 4 and x['row'].endswith(' fedgp')]; print(min(r, key=lambda x: x['median_ms'])['config'])" "$OUT/kernels.json") \
                 && echo "agg-best: $best" | tee -a "$OUT/steps.txt" \
                 && step agg-best 120 python3 benchmarks/aggregation.py --device cuda --kernel-config "$best" --json "$OUT/agg-best.json" ;;
-    # aggregation.py with the coefficients formed in the third Triton kernel (LAYERWISE_COEFFICIENTS = "kernel")
-    agg-kcoef) step agg-kcoef 120 python3 benchmarks/aggregation.py --device cuda --coefficients kernel --json "$OUT/agg-kcoef.json" ;;
+    # aggregation.py with the coefficients formed by torch operators between the two kernels (the default until
+    # 2026-11-26; the default now forms them in a third Triton kernel, LAYERWISE_COEFFICIENTS = "kernel")
+    agg-tcoef) step agg-tcoef 120 python3 benchmarks/aggregation.py --device cuda --coefficients torch --json "$OUT/agg-tcoef.json" ;;
     # the tests parametrised over devices, their CUDA cases only (the segmented kernels and the batched clients)
     gputest-cuda) step gputest-cuda 120 python3 -m pytest -q -p no:cacheprovider -k "cuda or gpu" tests/test_segmented.py tests/test_batched_clients.py ;;
     gputest) step gputest 240 python3 -m pytest -q -p no:cacheprovider tests/test_segmented.py tests/test_aggregation.py tests/test_federated.py tests/test_batched_clients.py ;;

@@ -87,7 +87,9 @@ def load_source(source: str, name: str) -> ModuleType:
 
 
 def _as_in(variant: segmented_triton.KernelVariant, other: ModuleType):
-    """(the other version's kernel, ``variant`` as that kernel takes it), or None when it has no such variant."""
+    """(the other version's kernel, ``variant`` as that kernel takes it), or None when it has no such variant. The
+    run-time arguments are matched in order where both take as many (a renamed argument, such as the coefficient
+    kernel's ``params``, now ``rule_values``), else by name."""
     fn = getattr(other, variant.kernel, None)
     if fn is None:
         return None
@@ -99,7 +101,11 @@ def _as_in(variant: segmented_triton.KernelVariant, other: ModuleType):
             constexprs[key] = value
         elif current[key].default is inspect.Parameter.empty or current[key].default != value:
             return None  # a constant the other version lacks, set away from its default: new behaviour
-    args = {k: v for k, v in variant.args.items() if k in theirs}
+    runtime = [p.name for p in fn.params if not p.is_constexpr]
+    if len(runtime) == len(variant.args):  # the same run-time arguments in order, some perhaps renamed
+        args = dict(zip(runtime, variant.args.values()))
+    else:
+        args = {k: v for k, v in variant.args.items() if k in theirs}
     if set(args) | set(constexprs) != theirs:
         return None
     return fn, segmented_triton.KernelVariant(variant.name, variant.kernel, args, constexprs, variant.num_warps)

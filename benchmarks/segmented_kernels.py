@@ -8,17 +8,19 @@ the least two passes can cost. This script measures, in one run on one device, f
 (``--configs``, each ``form:block:num_warps``, see :class:`~fda_core.core.segmented_triton.KernelConfig`):
 
 * ``reduce`` and ``combine`` alone (each checked first against a float64 reference on the same device);
-* ``fedgp``: one whole call ``fedgp(S, t, 0.5, out=out, segments=lengths)`` with that configuration, what the
-  federated engine calls once per round (``benchmarks/aggregation.py``'s ``segments+out``);
+* ``fedgp``: one whole call ``fedgp(S, t, 0.5, out=out, segments=lengths)`` with that configuration and the
+  coefficients formed by torch operators between the two kernels (``LAYERWISE_COEFFICIENTS = "torch"``, the
+  library's default until 2026-11-26), what the federated engine calls once per round
+  (``benchmarks/aggregation.py``'s ``segments+out``);
 * ``fedgp without check``: the same call with the finiteness check (one host synchronisation) switched off,
   to show what that synchronisation costs (the library always checks); the report also counts the host
   synchronisations of one call (torch's CUDA sync debug mode);
 * ``arithmetic only``: the call's arithmetic without its argument handling (:func:`layerwise_fedgp_arithmetic`, the
   library's kernel configuration), eagerly and, on CUDA, replayed from a CUDA graph, each with the finiteness
   check's synchronisation: what a call would cost with its host work gone;
-* with Triton, the same for the coefficients formed in a third kernel (``LAYERWISE_COEFFICIENTS = "kernel"``,
-  :func:`~fda_core.core.segmented_triton.project`, the library's kernel configuration): ``fedgp, kernel
-  coefficients`` (the whole call; its result checked against the default's) and ``project only``, eagerly and
+* with Triton, the same for the coefficients formed in a third kernel (``LAYERWISE_COEFFICIENTS = "kernel"``, the
+  library's default, :func:`~fda_core.core.segmented_triton.project`, the library's kernel configuration): ``fedgp,
+  kernel coefficients`` (the whole call; its result checked against the torch coefficients') and ``project only``, eagerly and
   replayed from a CUDA graph, each with the read of its finiteness flag;
 
 and the copy floor ``dst.copy_(S)``. Times are medians of ``--repeats`` calls, timed in turns (one call of each per
@@ -139,7 +141,7 @@ def run(device: str = "cuda", sources: Sequence[int] = (4, 10), repeats: int = 3
         # followed by the finiteness check's one synchronisation on the per-chunk sums
         wb = torch.full((int(n),), BETA / int(n), device=dev)
         arithmetic = lambda: layerwise_fedgp_arithmetic(S, t, wb, lengths, out)  # noqa: E731
-        reference = fedgp(S, t, BETA, segments=lengths)
+        reference = _with(None, False, lambda: fedgp(S, t, BETA, segments=lengths))
         arithmetic()
         if not torch.allclose(out, reference, rtol=1e-4, atol=1e-5):
             raise AssertionError("the arithmetic alone does not reproduce fedgp(segments=...)")
@@ -176,14 +178,14 @@ KERNEL_COEFS = "fedgp, kernel coefficients"
 def _kernel_coefficient_rows(S: torch.Tensor, t: torch.Tensor, lengths: list[int], out: torch.Tensor,
                              reference: torch.Tensor) -> dict[str, Callable[[], Any]]:
     """The rows of the three-kernel path (library's kernel configuration), its result checked against ``reference``
-    (the default path's) first."""
+    (the torch coefficients') first."""
     def call():
         with mock.patch.object(aggregation_module, "LAYERWISE_COEFFICIENTS", "kernel"):
             return fedgp(S, t, BETA, out=out, segments=lengths)
 
     call()
     if not torch.allclose(out, reference, rtol=1e-4, atol=1e-5):
-        raise AssertionError("fedgp with kernel coefficients does not reproduce the default path")
+        raise AssertionError("fedgp with kernel coefficients does not reproduce the torch coefficients")
     n = S.shape[0]
     wb = torch.full((n,), BETA / n, device=S.device)
     params = torch.cat([wb, torch.ones_like(wb), (1.0 - wb.sum()).reshape(1)])
@@ -222,7 +224,10 @@ def captured(fn: Callable[[], Any]) -> tuple[Callable[[], Any], Any]:
 
 
 def _with(config: KernelConfig | None, no_check: bool, fn: Callable[[], Any]) -> Any:
+    """``fn()`` with the torch coefficients (the rows per configuration), ``config`` and, with ``no_check``, no
+    finiteness check."""
     with contextlib.ExitStack() as stack:
+        stack.enter_context(mock.patch.object(aggregation_module, "LAYERWISE_COEFFICIENTS", "torch"))
         if config is not None:
             stack.enter_context(segmented_triton.configured(config))
         if no_check:

@@ -332,12 +332,13 @@ def test_coefficient_placement_is_checked_and_changes_nothing_on_the_cpu(monkeyp
     S, t = torch.randn(3, 16, generator=gen), torch.randn(16, generator=gen)
     for rule in ("fedgp", "fedgp_nofilter", "fedgp_cosine"):
         default = SEGMENT_RULES[rule](S, t, segments=lengths)
-        monkeypatch.setattr(agg, "LAYERWISE_COEFFICIENTS", "kernel")
-        assert torch.equal(SEGMENT_RULES[rule](S, t, segments=lengths), default)
+        for placement in ("torch", "kernel"):
+            monkeypatch.setattr(agg, "LAYERWISE_COEFFICIENTS", placement)
+            assert torch.equal(SEGMENT_RULES[rule](S, t, segments=lengths), default)
         monkeypatch.setattr(agg, "LAYERWISE_COEFFICIENTS", "triton")
         with pytest.raises(ValueError, match="LAYERWISE_COEFFICIENTS"):
             SEGMENT_RULES[rule](S, t, segments=lengths)
-        monkeypatch.setattr(agg, "LAYERWISE_COEFFICIENTS", "torch")
+        monkeypatch.undo()
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -100,8 +100,10 @@ def _segmented(device: torch.device) -> bool:
 #: between the reduction and the combination kernel: some 20 small kernel launches per call) or "kernel" (one more
 #: Triton kernel, which also forms the finiteness flag: three kernels, one small copy and one flag read per call;
 #: :func:`fda_core.core.segmented_triton.project`). Same arithmetic; the per-segment sums are added in another order,
-#: so the two agree to float rounding. Elsewhere (the CPU) the setting changes nothing.
-LAYERWISE_COEFFICIENTS = "torch"
+#: so the two agree to float rounding. Elsewhere (the CPU) the setting changes nothing. Default "kernel": on an H200
+#: (2026-11-26, ``benchmarks/segmented_kernels.py``, same run) a whole call took 0.51 instead of 0.65 ms at N = 4 and
+#: 0.61–0.64 instead of 0.69–0.76 ms at N = 10, its CUDA tests passing there (README § GPU).
+LAYERWISE_COEFFICIENTS = "kernel"
 
 
 def _fused(blocks: _Blocks) -> bool:

@@ -12,7 +12,7 @@ One program per chunk:
   of out, and the chunk's sum of out (the caller's finiteness check).
 
 Between the two, the rules form the coefficients C (N, L) from the per-segment sums with a few torch operators
-(``fda_core.core.aggregation.LAYERWISE_COEFFICIENTS = "torch"``, the default) — or :func:`project` does the whole
+(``fda_core.core.aggregation.LAYERWISE_COEFFICIENTS = "torch"``) — or, by default, :func:`project` does the whole
 rule in three kernels (``"kernel"``): ``_coef_kernel``, one program per segment, sums the segment's chunk partials
 (its chunks are consecutive, ``ChunkTable.segment_chunks``) and forms C and a finiteness flag, and ``_combine``
 adds 0 · each chunk's sum to that flag instead of writing the sums. Every term added to the flag is 0 or NaN, so the
@@ -484,14 +484,19 @@ def kernel_variants(n_sources: int = 4) -> list[KernelVariant]:
 
 def compile_variant(variant: KernelVariant, capability: int = 90, kernel=None) -> str:
     """The PTX of ``variant`` compiled for a CUDA device of compute ``capability`` (90: Hopper) without a GPU: Triton's
-    compiler and the ptxas it ships run on the CPU. ``kernel`` overrides the JIT function (another version's)."""
+    compiler and the ptxas it ships run on the CPU. ``kernel`` overrides the JIT function (another version's): its
+    run-time arguments take ``variant.args``' types in order, whatever they are named there."""
     if triton is None:
         raise RuntimeError("compiling the kernels needs Triton (pip install triton), which the CPU torch wheel lacks")
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     fn = kernel if kernel is not None else globals()[variant.kernel]
-    signature = {**variant.args, **{k: "constexpr" for k in variant.constexprs}}
+    runtime = [name for name in fn.arg_names if name not in variant.constexprs]
+    if len(runtime) != len(variant.args):
+        raise ValueError(f"{variant.name}: the kernel takes run-time arguments {runtime}, the variant types "
+                         f"{list(variant.args)}")
+    signature = {**dict(zip(runtime, variant.args.values())), **{k: "constexpr" for k in variant.constexprs}}
     compiled = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=variant.constexprs),
                               target=GPUTarget("cuda", int(capability), 32), options={"num_warps": variant.num_warps})
     return compiled.asm["ptx"]
