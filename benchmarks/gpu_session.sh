@@ -38,6 +38,7 @@ step() {  # step NAME LIMIT_S COMMAND...
 }
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import torch, sys; print(sys.version.split()[0], torch.__version__, torch.cuda.get_device_name(0))" | tee -a "$OUT/gpu.txt"
+python3 -c "import triton; print('triton', triton.__version__)" 2>&1 | tail -n 1 | tee -a "$OUT/gpu.txt"
 for s in "$@"; do
   case $s in
     agg) step agg 120 python3 benchmarks/aggregation.py --device cuda --json "$OUT/agg.json" ;;
