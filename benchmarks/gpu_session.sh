@@ -13,9 +13,14 @@
 # bash benchmarks/gpu_data.sh mnist, carry [".whl", ".gpudata/MNIST"] (2026-11-26: 60 MiB with the tree). A lease is
 # 900 s of device time, the start (~100 s) included, and a warm machine goes back after 30 s idle: plan one long call.
 # Next lease: the paper-scale notebooks, one per call with NB_LIMIT (nb08p: 14 of its 28 runs in 484 s on an H200).
+# The notebook steps keep their finished runs in .gpustore (STORE), which comes back as store.tgz inside the session's
+# archive: `bash benchmarks/gpu_unpack.sh FILES_AT` unpacks both here (logs to results/gpu-runs/, the store into
+# .gpustore), and carrying .gpustore lets the next call, or the next lease, resume where this one stopped (runs are
+# tied to the code that made them: change the code in a notebook's import closure and its stored runs are recomputed).
 set -u
 START_S=$(date +%s); DEADLINE_S=${DEADLINE_S:-540}
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
+STORE=${STORE:-.gpustore}; mkdir -p "$STORE"
 export PYTHONUNBUFFERED=1
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -65,16 +70,16 @@ for s in "$@"; do
     fedbn) step fedbn 150 python3 benchmarks/federated.py --device cuda --model mnist_cnn --json "$OUT/fedbn.json" ;;
     fedgn) step fedgn 150 python3 benchmarks/federated.py --device cuda --model mnist_cnn --norm group --json "$OUT/fedgn.json" ;;
     fedcpu) step fedcpu 300 python3 benchmarks/federated.py --device cpu --json "$OUT/fedcpu.json" ;;
-    nb02) step nb02 150 python3 -m fda_core run 02 -p paper_scale true --out /tmp/executed --no-progress ;;
-    nb04p) step nb04p "${NB_LIMIT:-130}" python3 -m fda_core run 04 -p model mnist_cnn -p rounds 50 -p trials 5 --out /tmp/executed --no-progress ;;
-    nb05p) step nb05p "${NB_LIMIT:-150}" python3 -m fda_core run 05 -p paper_scale true --out /tmp/executed --no-progress ;;
+    nb02) step nb02 150 python3 -m fda_core run 02 -p results_dir "$STORE" -p paper_scale true --out /tmp/executed --no-progress ;;
+    nb04p) step nb04p "${NB_LIMIT:-130}" python3 -m fda_core run 04 -p results_dir "$STORE" -p model mnist_cnn -p rounds 50 -p trials 5 --out /tmp/executed --no-progress ;;
+    nb05p) step nb05p "${NB_LIMIT:-150}" python3 -m fda_core run 05 -p results_dir "$STORE" -p paper_scale true --out /tmp/executed --no-progress ;;
     # the full data sets, carried as .gpudata (benchmarks/gpu_data.sh): notebook 04 at the paper's scale on full MNIST,
     # notebook 05's paper-settings test on full Fashion-MNIST (as committed under figures/05_semi_synthetic/fashion_mnist)
-    nb04full) step nb04full "${NB_LIMIT:-300}" python3 -m fda_core run 04 -p paper_scale true -p data_root .gpudata --out /tmp/executed --no-progress ;;
-    nb05full) step nb05full "${NB_LIMIT:-300}" python3 -m fda_core run 05 -p base fashion_mnist -p data_root .gpudata -p sections '["faithful"]' -p faithful_settings '["paper", "reference"]' -p faithful_trials 3 -p figures_dir /tmp/nb05full --out /tmp/executed --no-progress ;;
-    nb06) step nb06 200 python3 -m fda_core run 06 --out /tmp/executed --no-progress ;;
-    nb07p) step nb07p "${NB_LIMIT:-110}" python3 -m fda_core run 07 -p paper_scale true --out /tmp/executed --no-progress ;;
-    nb08p) step nb08p "${NB_LIMIT:-200}" python3 -m fda_core run 08 -p paper_scale true --out /tmp/executed --no-progress ;;
+    nb04full) step nb04full "${NB_LIMIT:-300}" python3 -m fda_core run 04 -p results_dir "$STORE" -p paper_scale true -p data_root .gpudata --out /tmp/executed --no-progress ;;
+    nb05full) step nb05full "${NB_LIMIT:-300}" python3 -m fda_core run 05 -p results_dir "$STORE" -p base fashion_mnist -p data_root .gpudata -p sections '["faithful"]' -p faithful_settings '["paper", "reference"]' -p faithful_trials 3 -p figures_dir /tmp/nb05full --out /tmp/executed --no-progress ;;
+    nb06) step nb06 200 python3 -m fda_core run 06 -p results_dir "$STORE" --out /tmp/executed --no-progress ;;
+    nb07p) step nb07p "${NB_LIMIT:-110}" python3 -m fda_core run 07 -p results_dir "$STORE" -p paper_scale true --out /tmp/executed --no-progress ;;
+    nb08p) step nb08p "${NB_LIMIT:-200}" python3 -m fda_core run 08 -p results_dir "$STORE" -p paper_scale true --out /tmp/executed --no-progress ;;
     inb) step inb 170 python3 benchmarks/inb.py --device cuda --threads 0 --json "$OUT/inb.json" ;;
     # the paper's size: 1,000 digits per class of full MNIST (carry .gpudata/MNIST and POT: gpu_wheels.sh --pot-only)
     inb-full) step inb-full 240 python3 benchmarks/inb.py --device cuda --threads 0 --n-per-class 1000 --data-root .gpudata --no-reference --json "$OUT/inb-full.json" ;;
@@ -83,7 +88,13 @@ for s in "$@"; do
   esac
 done
 # what the result store holds, with modification times (seconds): how far a paper-scale notebook got, run by run
-ls -lR --time-style=+%s results > "$OUT/results-ls.txt" 2>/dev/null
+ls -lR --time-style=+%s results "$STORE" > "$OUT/results-ls.txt" 2>/dev/null
+# the store itself, for the next call to carry (one returned file holds at most 16 MiB)
+if [ -n "$(ls -A "$STORE")" ]; then
+  tar czf /tmp/store.tgz -C "$STORE" .
+  if [ "$(stat -c %s /tmp/store.tgz)" -lt 15000000 ]; then mv /tmp/store.tgz "$OUT/store.tgz"
+  else echo "=== store.tgz left behind: $(stat -c %s /tmp/store.tgz) bytes" | tee -a "$OUT/steps.txt"; fi
+fi
 # the device returns at most 8 files: pack everything into one archive
 (cd "$OUT" && tar czf /tmp/gpu-session.tgz . && find . -mindepth 1 -delete && mv /tmp/gpu-session.tgz .)
 
