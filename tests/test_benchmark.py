@@ -3,8 +3,10 @@
 import importlib.util
 import math
 from pathlib import Path
+from unittest import mock
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -171,6 +173,39 @@ def test_host_work_benchmark_takes_the_gpu_code_path_on_the_cpu():
     with pytest.raises(ValueError, match="coefficients"):
         bench.run("cpu", sources=(2,), repeats=1, scale=10000, coefficients=("triton",))
     assert "kernels stubbed" in bench.format_report(records, bench.environment(bench.resolve_device("cpu")))
+
+
+def test_layerwise_call_launches_its_reduction_before_checking_beta():
+    """With the coefficients in the kernels (the default), a layer-wise call launches its first kernel before it checks
+    β and the weights, so that host work overlaps the kernel on a GPU (the GPU code path on the CPU, kernels stubbed,
+    as benchmarks/aggregation_host_work.py runs it); a bad β still raises, naming it; the torch coefficients check
+    β first."""
+    import fda_core.core.aggregation as agg
+    from fda_core.core import segmented_triton
+
+    bench = _load("aggregation_host_work")
+    events = []
+
+    class Recorded(bench._StubKernel):
+        def __getitem__(self, grid):
+            launch = super().__getitem__(grid)
+            return lambda *args, **kwargs: (events.append("reduce"), launch(*args, **kwargs))
+
+    check_beta = agg._check_beta
+    S, t = torch.randn(3, 20), torch.randn(20)
+    with bench.gpu_code_path_on_cpu(), mock.patch.object(segmented_triton, "_reduce_kernel", Recorded((4, 5))), \
+            mock.patch.object(agg, "_check_beta", lambda *a, **k: (events.append("beta"), check_beta(*a, **k))[1]):
+        assert agg.LAYERWISE_COEFFICIENTS == "kernel"
+        agg.fedgp(S, t, 0.5, segments=[5, 15])
+        assert events == ["reduce", "beta"]
+        events.clear()
+        with pytest.raises(ValueError, match="beta must lie in"):
+            agg.fedgp_cosine(S, t, 1.5, segments=[5, 15])
+        assert events == ["reduce", "beta"]
+        events.clear()
+        with mock.patch.object(agg, "LAYERWISE_COEFFICIENTS", "torch"):
+            agg.fedgp(S, t, 0.5, segments=[5, 15])
+        assert events == ["beta", "reduce"]
 
 
 def test_kernel_code_reads_instructions_and_needs_triton(capsys):

@@ -84,6 +84,17 @@ def projection():
                         torch.testing.assert_close(out, ref, **tolerance(dtype))
                         torch.testing.assert_close(checks, torch.stack([d, n2]), **tolerance(dtype))
                         assert float(flag) == 0.0, flag
+                # the first pass launched ahead (start_projection, as the rules do): the same bits
+                early = torch.full_like(t, float("nan"))
+                reduction = T.start_projection(S, t, table, config)
+                T.project(S, t, params, table, early, projection="cosine", config=config, reduction=reduction)
+                T.project(S, t, params, table, out, projection="cosine", config=config)
+                assert torch.equal(early, out)
+            other = T.table_for(list(lengths) + [1], torch.cat([S, S[:, :1]], 1))
+            expect_error(lambda: T.project(S, t, params, T.table_for(lengths, S), torch.empty_like(t),
+                                           reduction=T.start_projection(torch.cat([S, S[:, :1]], 1),
+                                                                        torch.cat([t, t[:1]]), other)),
+                         "reduction was started for another")
             S[-1, 5] = float("inf")
             flag, _ = T.project(S, t, params, T.table_for(lengths, S), torch.empty_like(t))
             assert flag.isnan().all(), flag

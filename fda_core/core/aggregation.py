@@ -36,12 +36,15 @@ import operator
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 import torch
 from torch import Tensor
 
-from .segmented import layerwise_combine, layerwise_project, layerwise_reductions, projection_kernels
+from .segmented import layerwise_combine, layerwise_project, layerwise_reductions, layerwise_start
+
+if TYPE_CHECKING:
+    from .segmented_triton import Reduction
 
 __all__ = [
     "source_only",
@@ -106,12 +109,16 @@ def _segmented(device: torch.device) -> bool:
 LAYERWISE_COEFFICIENTS = "kernel"
 
 
-def _fused(blocks: _Blocks) -> bool:
-    """Whether this call forms its coefficients in the Triton kernel (see ``LAYERWISE_COEFFICIENTS``)."""
+def _fused(blocks: _Blocks) -> Reduction | None:
+    """Where this call forms its coefficients in the Triton kernel (see ``LAYERWISE_COEFFICIENTS``): that path's
+    first kernel, the reduction, launched now (:func:`~fda_core.core.segmented.layerwise_start`), so that the host
+    work of checking β and the weights and packing them overlaps it on the GPU; None otherwise."""
     if LAYERWISE_COEFFICIENTS not in ("torch", "kernel"):
         raise ValueError(f"LAYERWISE_COEFFICIENTS must be 'torch' or 'kernel', got {LAYERWISE_COEFFICIENTS!r}")
-    return LAYERWISE_COEFFICIENTS == "kernel" and blocks.flat is not None and projection_kernels(
-        blocks.flat.sources, blocks.flat.target)
+    flat = blocks.flat
+    if LAYERWISE_COEFFICIENTS != "kernel" or flat is None:
+        return None
+    return layerwise_start(flat.sources, flat.target, flat.lengths)  # None where the kernels cannot run
 
 
 def _laid_out(tensors: list[list[Tensor]]) -> Tensor | None:
@@ -670,9 +677,9 @@ def _aggregate_flat(blocks: _Blocks, target_coef: Tensor | None, coefs: Tensor |
                     out: Tensor | GradDict | None, projection: tuple[Tensor, str, bool] | None = None):
     """Dict or segments input on the segmented backend: one combination over the flat buffers. The result is one
     flat (m,) tensor (segments), or per-key views of it (dicts; written into ``out``: directly when its tensors lie
-    back to back, else copied). With ``projection`` = (params, "exact" | "cosine", filter_negative) the coefficients
-    are formed in the Triton kernels instead (``LAYERWISE_COEFFICIENTS = "kernel"``; ``target_coef``, ``coefs`` and
-    ``checks`` are then None)."""
+    back to back, else copied). With ``projection`` = (params, "exact" | "cosine", filter_negative, the reduction
+    :func:`_fused` launched) the coefficients are formed in the Triton kernels instead (``LAYERWISE_COEFFICIENTS =
+    "kernel"``; ``target_coef``, ``coefs`` and ``checks`` are then None)."""
     flat = blocks.flat
     buffers = _out_buffers(out, blocks)
     target = flat.target
@@ -682,9 +689,9 @@ def _aggregate_flat(blocks: _Blocks, target_coef: Tensor | None, coefs: Tensor |
         sums = layerwise_combine(flat.sources, target, target_coef, coefs.T, flat.lengths, out=result)
         check = lambda: _check_finite(blocks, sums, [result], checks)  # noqa: E731
     else:
-        params, mode, filter_negative = projection
+        params, mode, filter_negative, reduction = projection
         flag, kernel_checks = layerwise_project(flat.sources, target, flat.lengths, params, result, projection=mode,
-                                                filter_negative=filter_negative)
+                                                filter_negative=filter_negative, reduction=reduction)
         check = lambda: _check_flag(blocks, flag, [result], kernel_checks)  # noqa: E731
     if blocks.kind == "segments":
         check()
@@ -700,7 +707,7 @@ def _aggregate_flat(blocks: _Blocks, target_coef: Tensor | None, coefs: Tensor |
 
 
 def _project_fused(blocks: _Blocks, b: Tensor, w: Tensor, scale: Tensor | None, mode: str, filter_negative: bool,
-                   out: Tensor | GradDict | None):
+                   out: Tensor | GradDict | None, reduction: Reduction):
     """Layer-wise FedGP with its coefficients formed in the Triton kernels (``LAYERWISE_COEFFICIENTS = "kernel"``).
     β (``b``), the normalised weights ``w`` and the cosine form's ``scale`` (N,), checked and where they were given
     (the host for Python values), are packed with a = 1 − Σ_i w_i β_i (docs/theory.md § Rules) into one (2N + 1,)
@@ -714,7 +721,7 @@ def _project_fused(blocks: _Blocks, b: Tensor, w: Tensor, scale: Tensor | None, 
     b, w, scale = parts
     wb = (w * b).expand(blocks.batch_shape + (n,))
     params = _to_target_device(torch.cat([wb, scale.expand(n), (1.0 - wb.sum(-1)).reshape(1)]), blocks)
-    return _aggregate_flat(blocks, None, None, None, out, projection=(params, mode, filter_negative))
+    return _aggregate_flat(blocks, None, None, None, out, projection=(params, mode, filter_negative, reduction))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -834,10 +841,10 @@ def _fedgp_exact(source_grads: SourceGrads, target_grad: TargetGrad, beta: BetaL
     """Shared body of :func:`fedgp` and :func:`fedgp_nofilter` (exact projection, with or without the filter)."""
     blocks = _normalise(source_grads, target_grad, segments)
     fused = _fused(blocks)
-    b = _check_beta(beta, blocks, move=not fused)
-    w = _check_weights(weights, blocks, move=not fused)
-    if fused:
-        return _project_fused(blocks, b, w, None, "exact", filter_negative, out)
+    b = _check_beta(beta, blocks, move=fused is None)
+    w = _check_weights(weights, blocks, move=fused is None)
+    if fused is not None:
+        return _project_fused(blocks, b, w, None, "exact", filter_negative, out, fused)
     wb = (w * b).expand(blocks.batch_shape + (blocks.n_sources,))
     coefs, checks = _projection_coefs(blocks, wb, "exact", None, filter_negative=filter_negative)
     return _aggregate(blocks, 1.0 - wb.sum(-1), coefs, checks, out=out)
@@ -916,11 +923,11 @@ def fedgp_cosine(
     """
     blocks = _normalise(source_updates, target_update, segments)
     fused = _fused(blocks)
-    b = _check_beta(beta, blocks, move=not fused)
-    w = _check_weights(weights, blocks, move=not fused)
+    b = _check_beta(beta, blocks, move=fused is None)
+    w = _check_weights(weights, blocks, move=fused is None)
     a = _check_alignment(alignment, blocks)
-    if fused:
-        return _project_fused(blocks, b, w, a, "cosine", True, out)
+    if fused is not None:
+        return _project_fused(blocks, b, w, a, "cosine", True, out, fused)
     a = _to_target_device(a, blocks)
     wb = (w * b).expand(blocks.batch_shape + (blocks.n_sources,))
     coefs, checks = _projection_coefs(blocks, wb, "cosine", a)

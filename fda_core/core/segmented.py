@@ -28,12 +28,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
+if TYPE_CHECKING:
+    from .segmented_triton import Reduction
+
 __all__ = ["SegmentPlan", "segment_plan", "segment_dots", "segment_sqnorms", "segment_combine",
-           "layerwise_reductions", "layerwise_combine", "projection_kernels", "layerwise_project", "DEFAULT_CHUNK"]
+           "layerwise_reductions", "layerwise_combine", "projection_kernels", "layerwise_start",
+           "layerwise_project", "DEFAULT_CHUNK"]
 
 #: chunk length c: long enough that a chunk's reduction is not launch-bound, short enough that the
 #: gathered boundary elements (about c per segment boundary) stay a small fraction of m
@@ -206,20 +211,41 @@ def layerwise_combine(sources: Tensor, target: Tensor, target_coef: Tensor | flo
 def projection_kernels(sources: Tensor, target: Tensor) -> bool:
     """True when :func:`layerwise_project` can run on sources (N, m) and target (m,): the Triton kernels are there
     (a CUDA device, Triton importable, float32/64) and both have rows of unit stride."""
-    return _triton(sources) is not None and sources.stride(-1) == 1 and target.stride(-1) == 1 \
-        and target.dtype == sources.dtype
+    return _projection_module(sources, target) is not None
+
+
+def _projection_module(sources: Tensor, target: Tensor):
+    kernels = _triton(sources)
+    if kernels is None or sources.stride(-1) != 1 or target.stride(-1) != 1 or target.dtype != sources.dtype:
+        return None
+    return kernels
+
+
+def layerwise_start(sources: Tensor, target: Tensor, lengths: Sequence[int]) -> Reduction | None:
+    """Launches the first kernel of :func:`layerwise_project` (the reduction over sources (N, m) and target (m,),
+    segment ``lengths``) and returns at once, so that the caller's host work before :func:`layerwise_project` (given
+    the result as ``reduction``) overlaps it on the GPU. None, launching nothing, where :func:`projection_kernels`
+    does not hold."""
+    kernels = _projection_module(sources, target)
+    return None if kernels is None else kernels.start_projection(sources, target, kernels.table_for(lengths, sources))
+
+
+def _kernels_for_projection(sources: Tensor, target: Tensor, out: Tensor):
+    kernels = _projection_module(sources, target)
+    if kernels is None or not out.is_contiguous():
+        raise ValueError("layerwise_project needs the Triton kernels (a CUDA device with Triton, float32/64), rows of "
+                         "unit stride and a contiguous out; check projection_kernels(sources, target) first")
+    return kernels
 
 
 def layerwise_project(sources: Tensor, target: Tensor, lengths: Sequence[int], params: Tensor, out: Tensor, *,
-                      projection: str, filter_negative: bool) -> tuple[Tensor, Tensor]:
+                      projection: str, filter_negative: bool, reduction: Reduction | None = None) -> tuple[Tensor, Tensor]:
     """Layer-wise FedGP's reductions, coefficients and combination in three Triton kernels, written into ``out`` (m,)
     (contiguous; it may be ``target``): see :func:`fda_core.core.segmented_triton.project` for ``params`` (2N + 1,)
     = [w_i β_i, scale_i, a] and the returned (finiteness flag (1,), dot products and squared norms (2, N, L)).
     Only where :func:`projection_kernels` holds; elsewhere the rules use :func:`layerwise_reductions` and
-    :func:`layerwise_combine` with the coefficients computed by torch operators."""
-    kernels = _triton(sources)
-    if kernels is None or not projection_kernels(sources, target) or not out.is_contiguous():
-        raise ValueError("layerwise_project needs the Triton kernels (a CUDA device with Triton, float32/64), rows of "
-                         "unit stride and a contiguous out; check projection_kernels(sources, target) first")
+    :func:`layerwise_combine` with the coefficients computed by torch operators. ``reduction``: the first kernel,
+    already launched by :func:`layerwise_start` on the same arguments."""
+    kernels = _kernels_for_projection(sources, target, out)
     return kernels.project(sources, target, params, kernels.table_for(lengths, sources), out, projection=projection,
-                           filter_negative=filter_negative)
+                           filter_negative=filter_negative, reduction=reduction)

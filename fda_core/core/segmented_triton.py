@@ -38,6 +38,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -48,7 +49,8 @@ try:  # Triton ships with CUDA builds of torch; the CPU wheel has none
 except ImportError:  # pragma: no cover - exercised where Triton is missing
     triton = None
 
-__all__ = ["available", "ChunkTable", "chunk_table", "reduce", "combine", "project", "BLOCK", "KernelConfig",
+__all__ = ["available", "ChunkTable", "chunk_table", "reduce", "combine", "project", "Reduction",
+           "start_projection", "BLOCK", "KernelConfig",
            "default_config", "table_for", "configured", "compile_kernels", "compile_variant", "kernel_variants",
            "KernelVariant", "FORMS", "PROJECTIONS"]
 
@@ -375,9 +377,30 @@ PROJECTIONS = ("exact", "cosine")
 _COEF_BLOCK = 256
 
 
+class Reduction(NamedTuple):
+    """The first pass of :func:`project` in flight (:func:`start_projection`): its chunk table and configuration, and
+    the per-chunk partials (P, N, 2) and (P, 1) the reduction kernel writes."""
+
+    table: ChunkTable
+    config: KernelConfig
+    partial: Tensor
+    tpartial: Tensor
+
+
+def start_projection(sources: Tensor, target: Tensor, table: ChunkTable,
+                     config: KernelConfig | None = None) -> Reduction:
+    """Launches :func:`project`'s first pass, the reduction kernel over sources (N, m) and target (m,), and returns
+    at once: the caller's host work until :func:`project` (given the result as ``reduction``) then overlaps it on
+    the GPU. Nothing is read back; the partials are only valid for the same sources and target, unchanged."""
+    _check(sources, target)
+    config = _checked_config(config, table, sources.shape[0])
+    partial, tpartial = _launch_reduce(sources, target, table, config)
+    return Reduction(table, config, partial, tpartial)
+
+
 def project(sources: Tensor, target: Tensor, params: Tensor, table: ChunkTable, out: Tensor, *,
             projection: str = "exact", filter_negative: bool = True,
-            config: KernelConfig | None = None) -> tuple[Tensor, Tensor]:
+            config: KernelConfig | None = None, reduction: Reduction | None = None) -> tuple[Tensor, Tensor]:
     """Layer-wise FedGP (exact or cosine) in three kernels, with no torch arithmetic between them: the reduction
     (as :func:`reduce`), one program per segment forming the coefficients C (N, L) from its chunks' partials, and
     the combination (as :func:`combine`) writing out = a·t + Σ_i C[i, seg(j)]·s_i[j] into ``out`` (m,).
@@ -386,7 +409,8 @@ def project(sources: Tensor, target: Tensor, params: Tensor, table: ChunkTable, 
     part), scale_i for each source (the cosine form's alignment factors; unused by ``exact``), a = 1 − Σ_i w_i β_i].
     Returns ``flag`` (1,), 0 when every dot product, squared norm and chunk sum of out is finite and NaN otherwise
     (its one read is the caller's single host synchronisation), and ``checks`` (2, N, L): the dot products and
-    squared norms, for the caller's exact re-check after a non-zero flag."""
+    squared norms, for the caller's exact re-check after a non-zero flag. ``reduction``: the first pass, already
+    launched by :func:`start_projection` on the same sources, target and ``table`` (else it is launched here)."""
     _check(sources, target)
     if projection not in PROJECTIONS:
         raise ValueError(f"projection must be one of {PROJECTIONS}, got {projection!r}")
@@ -394,9 +418,12 @@ def project(sources: Tensor, target: Tensor, params: Tensor, table: ChunkTable, 
     if params.shape != (2 * n + 1,) or params.dtype != sources.dtype or params.device != sources.device:
         raise ValueError(f"params must be a ({2 * n + 1},) tensor of dtype {sources.dtype} on {sources.device} "
                          f"([w·β (N), scale (N), a]); got {tuple(params.shape)}, {params.dtype}, {params.device}")
-    config = _checked_config(config, table, n)
+    if reduction is None:
+        reduction = start_projection(sources, target, table, config)
+    elif reduction.table is not table or reduction.partial.shape[1] != n:
+        raise ValueError("reduction was started for another chunk table or number of sources than this call's")
+    config, partial, tpartial = reduction.config, reduction.partial, reduction.tpartial
     n_segments = table.segment_chunks.numel() - 1
-    partial, tpartial = _launch_reduce(sources, target, table, config)
     coefs = torch.empty(n, n_segments, dtype=sources.dtype, device=sources.device)
     checks = torch.empty(2, n, n_segments, dtype=sources.dtype, device=sources.device)
     flag = torch.zeros(1, dtype=sources.dtype, device=sources.device)
