@@ -20,7 +20,9 @@ the least two passes can cost. This script measures, in one run on one device, f
   check's synchronisation: what a call would cost with its host work gone;
 * with Triton, the same for the coefficients formed in a third kernel (``LAYERWISE_COEFFICIENTS = "kernel"``, the
   library's default, :func:`~fda_core.core.segmented_triton.project`, the library's kernel configuration): ``fedgp,
-  kernel coefficients`` (the whole call; its result checked against the torch coefficients') and ``project only``, eagerly and
+  kernel coefficients`` (the whole call; its result checked against the torch coefficients'), ``fedgp, kernel
+  coefficients, late reduction`` (the same call with its first kernel launched after β and the weights are checked,
+  as before 2026-11-26: what launching it first saves) and ``project only``, eagerly and
   replayed from a CUDA graph, each with the read of its finiteness flag;
 
 and the copy floor ``dst.copy_(S)``. Times are medians of ``--repeats`` calls, timed in turns (one call of each per
@@ -58,8 +60,8 @@ from fda_core.common.devices import host_synchronisations  # noqa: E402
 from fda_core.common.files import atomic_write_json  # noqa: E402
 from fda_core.core import segmented_triton  # noqa: E402
 from fda_core.core.aggregation import fedgp  # noqa: E402
-from fda_core.core.segmented import (layerwise_combine, layerwise_reductions, segment_combine,  # noqa: E402
-                                     segment_dots, segment_plan, segment_sqnorms)
+from fda_core.core.segmented import (layerwise_combine, layerwise_project, layerwise_reductions,  # noqa: E402
+                                     segment_combine, segment_dots, segment_plan, segment_sqnorms)
 from fda_core.core.segmented_triton import KernelConfig  # noqa: E402
 
 #: the forms measured by default: the library's (first), block sizes around it, and the tile form
@@ -178,11 +180,18 @@ KERNEL_COEFS = "fedgp, kernel coefficients"
 def _kernel_coefficient_rows(S: torch.Tensor, t: torch.Tensor, lengths: list[int], out: torch.Tensor,
                              reference: torch.Tensor) -> dict[str, Callable[[], Any]]:
     """The rows of the three-kernel path (library's kernel configuration), its result checked against ``reference``
-    (the torch coefficients') first."""
-    def call():
-        with mock.patch.object(aggregation_module, "LAYERWISE_COEFFICIENTS", "kernel"):
-            return fedgp(S, t, BETA, out=out, segments=lengths)
+    (the torch coefficients') first. The whole calls, early and late reduction, enter the same patches (the late one
+    with stand-ins), so their host work differs only in the order of the reduction's launch."""
+    def whole_call(start: Callable[..., Any], project_call: Callable[..., Any]) -> Callable[[], Any]:
+        def run():
+            with mock.patch.object(aggregation_module, "layerwise_start", start), \
+                    mock.patch.object(aggregation_module, "layerwise_project", project_call), \
+                    mock.patch.object(aggregation_module, "LAYERWISE_COEFFICIENTS", "kernel"):
+                return fedgp(S, t, BETA, out=out, segments=lengths)
+        return run
 
+    call = whole_call(aggregation_module.layerwise_start, layerwise_project)
+    late = whole_call(_late_start, _late_project)
     call()
     if not torch.allclose(out, reference, rtol=1e-4, atol=1e-5):
         raise AssertionError("fedgp with kernel coefficients does not reproduce the torch coefficients")
@@ -191,10 +200,27 @@ def _kernel_coefficient_rows(S: torch.Tensor, t: torch.Tensor, lengths: list[int
     params = torch.cat([wb, torch.ones_like(wb), (1.0 - wb.sum()).reshape(1)])
     table = segmented_triton.table_for(lengths, S)
     project = lambda: segmented_triton.project(S, t, params, table, out)[0]  # noqa: E731
-    rows = {KERNEL_COEFS: call, "project only, eager": lambda: float(project()) == 0.0}
+    late_result = late().clone()
+    if not torch.equal(late_result, call()):
+        raise AssertionError("fedgp with its reduction launched late differs from the library's call")
+    rows = {KERNEL_COEFS: call, f"{KERNEL_COEFS}, late reduction": late,
+            "project only, eager": lambda: float(project()) == 0.0}
     replay, flag = captured(project)
     rows["project only, CUDA graph replay"] = lambda: (replay(), float(flag) == 0.0)
     return rows
+
+
+_LATE = object()
+
+
+def _late_start(sources, target, lengths):
+    """Stands in for ``layerwise_start`` in the ``late reduction`` row: launches nothing."""
+    return _LATE
+
+
+def _late_project(*args, reduction=None, **kwargs):
+    """Stands in for ``layerwise_project`` in the ``late reduction`` row: launches the reduction itself, here."""
+    return layerwise_project(*args, reduction=None if reduction is _LATE else reduction, **kwargs)
 
 
 def layerwise_fedgp_arithmetic(S: torch.Tensor, t: torch.Tensor, wb: torch.Tensor, lengths: Sequence[int],
@@ -260,7 +286,8 @@ def format_report(records: list[dict], env: dict) -> str:
                          f"{rows[f'{best_call} fedgp without check']['median_ms']:.3f} ms)")
         if KERNEL_COEFS in rows:
             lines.append(f"  N={n}: host synchronisations per {KERNEL_COEFS} call: {rows[KERNEL_COEFS]['host_syncs']}")
-        for row in ("arithmetic only, eager", "arithmetic only, CUDA graph replay", KERNEL_COEFS, "project only, eager",
+        for row in ("arithmetic only, eager", "arithmetic only, CUDA graph replay", KERNEL_COEFS,
+                    f"{KERNEL_COEFS}, late reduction", "project only, eager",
                     "project only, CUDA graph replay"):
             if row in rows:
                 lines.append(f"  N={n}: {row} (library's configuration, with the check): {rows[row]['median_ms']:.3f} ms "

@@ -179,7 +179,7 @@ def test_layerwise_call_launches_its_reduction_before_checking_beta():
     """With the coefficients in the kernels (the default), a layer-wise call launches its first kernel before it checks
     β and the weights, so that host work overlaps the kernel on a GPU (the GPU code path on the CPU, kernels stubbed,
     as benchmarks/aggregation_host_work.py runs it); a bad β still raises, naming it; the torch coefficients check
-    β first."""
+    β first, and so does benchmarks/segmented_kernels.py's ``late reduction`` row (what the early launch saves)."""
     import fda_core.core.aggregation as agg
     from fda_core.core import segmented_triton
 
@@ -204,6 +204,12 @@ def test_layerwise_call_launches_its_reduction_before_checking_beta():
         assert events == ["reduce", "beta"]
         events.clear()
         with mock.patch.object(agg, "LAYERWISE_COEFFICIENTS", "torch"):
+            agg.fedgp(S, t, 0.5, segments=[5, 15])
+        assert events == ["beta", "reduce"]
+        events.clear()
+        kernels_bench = _load("segmented_kernels")
+        with mock.patch.object(agg, "layerwise_start", kernels_bench._late_start), \
+                mock.patch.object(agg, "layerwise_project", kernels_bench._late_project):
             agg.fedgp(S, t, 0.5, segments=[5, 15])
         assert events == ["beta", "reduce"]
 

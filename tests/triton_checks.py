@@ -4,9 +4,11 @@ subprocess (Triton reads TRITON_INTERPRET when it is imported):
 * ``interpreted`` (TRITON_INTERPRET=1, Triton's CPU interpreter runs the kernels as Python on CPU tensors): every
   form of the reduction and combination, the three-kernel projection (exact and cosine, with and without the
   filter, float32 and float64) against the pure-torch functions of fda_core.core.segmented, and the public rules
-  with ``LAYERWISE_COEFFICIENTS = "kernel"`` against the per-segment loop, including bad input;
+  with ``LAYERWISE_COEFFICIENTS = "kernel"`` against the per-segment loop, including bad input, the projection with
+  its first pass launched ahead (``start_projection``), and benchmarks/segmented_kernels.py's rows of that path;
 * ``compiled``: every kernel variant compiled for a Hopper GPU (sm_90) by Triton's compiler and ptxas on the CPU,
-  which catches what the interpreter cannot (types across branches, operations a dtype lacks).
+  which catches what the interpreter cannot (types across branches, operations a dtype lacks), and every kernel's
+  launch binder built for it (argument names that Triton's binder shadows).
 
 Prints ``ok`` when every check passed.
 """
@@ -184,6 +186,29 @@ def rules():
                 expect_error(lambda: fn(torch.ones_like(S), huge, segments=lengths, **kw), "too large")
 
 
+def benchmark_rows():
+    """benchmarks/segmented_kernels.py's rows of the three-kernel path (whole call, with its reduction launched early
+    and late, and the kernels alone) run through the kernels here as on the device (CUDA graph capture replaced by
+    plain calls), each giving the library's result: a broken row would otherwise fail first in lease time."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import segmented_kernels as bench
+
+    lengths = [300, 5000, 64, 2000]
+    torch.manual_seed(1)
+    S, t = torch.randn(4, sum(lengths)), torch.randn(sum(lengths))
+    out = torch.empty_like(t)
+    with mock.patch.object(seg, "_triton", lambda s: T), mock.patch.object(agg, "LAYERWISE_BACKEND", "segmented"), \
+            mock.patch.object(bench, "captured", lambda fn: (fn, fn())):
+        reference = bench._with(None, False, lambda: agg.fedgp(S, t, bench.BETA, segments=lengths))
+        rows = bench._kernel_coefficient_rows(S, t, lengths, out, reference)
+        assert sorted(rows) == sorted([bench.KERNEL_COEFS, f"{bench.KERNEL_COEFS}, late reduction",
+                                       "project only, eager", "project only, CUDA graph replay"]), sorted(rows)
+        for row, fn in rows.items():
+            out.fill_(float("nan"))
+            fn()
+            torch.testing.assert_close(out, reference, **tolerance(torch.float32), msg=row)
+
+
 def expect_error(call, text):
     try:
         call()
@@ -229,6 +254,7 @@ def compiled():
 
 if __name__ == "__main__":
     for name in sys.argv[1:]:
-        {"interpreted": lambda: (reductions_and_combination(), projection(), coefficients_bitwise(), rules()),
+        {"interpreted": lambda: (reductions_and_combination(), projection(), coefficients_bitwise(), rules(),
+                                 benchmark_rows()),
          "compiled": compiled}[name]()
     print("ok")
