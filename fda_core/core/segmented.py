@@ -247,5 +247,6 @@ def layerwise_project(sources: Tensor, target: Tensor, lengths: Sequence[int], p
     :func:`layerwise_combine` with the coefficients computed by torch operators. ``reduction``: the first kernel,
     already launched by :func:`layerwise_start` on the same arguments."""
     kernels = _kernels_for_projection(sources, target, out)
-    return kernels.project(sources, target, params, kernels.table_for(lengths, sources), out, projection=projection,
+    table = kernels.table_for(lengths, sources) if reduction is None else reduction.table
+    return kernels.project(sources, target, params, table, out, projection=projection,
                            filter_negative=filter_negative, reduction=reduction)
