@@ -12,7 +12,10 @@
 # One call can carry the notebook stack, POT and full MNIST: bash benchmarks/gpu_wheels.sh --slim --no-survset (39 MB),
 # bash benchmarks/gpu_data.sh mnist, carry [".whl", ".gpudata/MNIST"] (2026-11-26: 60 MiB with the tree). A lease is
 # 900 s of device time, the start (~100 s) included, and a warm machine goes back after 30 s idle: plan one long call.
-# Next lease: the paper-scale notebooks, one per call with NB_LIMIT (nb08p: 14 of its 28 runs in 484 s on an H200).
+# Next lease, first call (carry [".whl", ".gpudata/MNIST"], timeout_s 600, DEADLINE_S=565):
+#   gputest-cuda kernels agg agg-tcoef hostwork nb08p   (kernels: `fedgp, kernel coefficients` against its `late
+#   reduction` row measures the reduction launched before the checks, untimed on a GPU so far), then the paper-scale
+#   notebooks, one per call with NB_LIMIT (nb08p: 14 of its 28 runs in 484 s on an H200), carrying .gpustore.
 # The notebook steps keep their finished runs in .gpustore (STORE), which comes back as store.tgz inside the session's
 # archive: `bash benchmarks/gpu_unpack.sh FILES_AT` unpacks both here (logs to results/gpu-runs/, the store into
 # .gpustore), and carrying .gpustore lets the next call, or the next lease, resume where this one stopped (runs are
