@@ -674,7 +674,8 @@ def _aggregate(blocks: _Blocks, target_coef: Tensor, coefs: Tensor, checks: Tens
 
 
 def _aggregate_flat(blocks: _Blocks, target_coef: Tensor | None, coefs: Tensor | None, checks: Tensor | None,
-                    out: Tensor | GradDict | None, projection: tuple[Tensor, str, bool] | None = None):
+                    out: Tensor | GradDict | None,
+                    projection: tuple[Tensor, str, bool, Reduction] | None = None):
     """Dict or segments input on the segmented backend: one combination over the flat buffers. The result is one
     flat (m,) tensor (segments), or per-key views of it (dicts; written into ``out``: directly when its tensors lie
     back to back, else copied). With ``projection`` = (params, "exact" | "cosine", filter_negative, the reduction

@@ -239,7 +239,8 @@ def _kernels_for_projection(sources: Tensor, target: Tensor, out: Tensor):
 
 
 def layerwise_project(sources: Tensor, target: Tensor, lengths: Sequence[int], params: Tensor, out: Tensor, *,
-                      projection: str, filter_negative: bool, reduction: Reduction | None = None) -> tuple[Tensor, Tensor]:
+                      projection: str, filter_negative: bool,
+                      reduction: Reduction | None = None) -> tuple[Tensor, Tensor]:
     """Layer-wise FedGP's reductions, coefficients and combination in three Triton kernels, written into ``out`` (m,)
     (contiguous; it may be ``target``): see :func:`fda_core.core.segmented_triton.project` for ``params`` (2N + 1,)
     = [w_i β_i, scale_i, a] and the returned (finiteness flag (1,), dot products and squared norms (2, N, L)).
