@@ -4,15 +4,16 @@
 # Each step has its own time limit so that one slow step cannot eat the whole call; logs are written as they go.
 # The wheels the device lacks: build .whl/ first with `bash benchmarks/gpu_wheels.sh` and carry it (carry: [".whl"]);
 # the full data sets for nb04full / nb05full: `bash benchmarks/gpu_data.sh` and carry .gpudata.
-# Paper-scale notebooks (nb*p) take longer than one call: their finished runs stay in results/ on a warm machine,
-# so the same step in the next call resumes; NB_LIMIT (seconds) sets their limit, the sum of the walls is the time.
+# Paper-scale notebooks (nb*p) take longer than one call: their finished runs are kept in .gpustore (below), so the
+# same step in the next call resumes; NB_LIMIT (seconds) sets their limit, the sum of the walls is the time.
 # DEADLINE_S (seconds from the start, default 540) caps every step's limit at what is left of it, so that the logs are
 # always packed before the call's own limit (run's timeout_s) kills the script: set timeout_s some 30 s above it.
 #
 # One call can carry the notebook stack, POT and full MNIST: bash benchmarks/gpu_wheels.sh --slim --no-survset (39 MB),
 # bash benchmarks/gpu_data.sh mnist, carry [".whl", ".gpudata/MNIST"] (2026-11-26: 60 MiB with the tree). A lease is
 # 900 s of device time, the start (~100 s) included, and a warm machine goes back after 30 s idle: plan one long call.
-# Next lease, first call (carry [".whl", ".gpudata/MNIST"], timeout_s 600, DEADLINE_S=565):
+# Next lease, first call (carry [".whl", ".gpustore"]: .gpudata/MNIST is only for inb-full and nb04full, and beside a
+# notebook's store it can pass the 64 MiB limit; timeout_s 600, DEADLINE_S=565):
 #   gputest-cuda kernels agg agg-tcoef hostwork nb08p   (kernels: `fedgp, kernel coefficients` against its `late
 #   reduction` row measures the reduction launched before the checks, untimed on a GPU so far), then the paper-scale
 #   notebooks, one per call with NB_LIMIT (nb08p: 14 of its 28 runs in 484 s on an H200), carrying .gpustore.
