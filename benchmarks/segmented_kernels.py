@@ -153,7 +153,7 @@ def run(device: str = "cuda", sources: Sequence[int] = (4, 10), repeats: int = 3
             fns["arithmetic only, CUDA graph replay"] = lambda: (replay(), bool(torch.isfinite(sums).all()))
         if kernels:
             fns.update(_kernel_coefficient_rows(S, t, lengths, out, reference))
-        if not kernels:
+        else:
             fns["fedgp"] = lambda: fedgp(S, t, BETA, out=out, segments=lengths)
             fns["fedgp without check"] = lambda: _with(None, True, lambda: fedgp(S, t, BETA, out=out, segments=lengths))
         times = time_round_robin(fns, dev, repeats, warmup=3)

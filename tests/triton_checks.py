@@ -97,6 +97,9 @@ def projection():
                                            reduction=T.start_projection(torch.cat([S, S[:, :1]], 1),
                                                                         torch.cat([t, t[:1]]), other)),
                          "reduction was started for another")
+            table = T.table_for(lengths, S)
+            expect_error(lambda: T.project(S, t, params, table, torch.empty_like(t), config=T.KernelConfig.parse(
+                "tile:8192:8"), reduction=T.start_projection(S, t, table)), "kernel configuration")
             S[-1, 5] = float("inf")
             flag, _ = T.project(S, t, params, T.table_for(lengths, S), torch.empty_like(t))
             assert flag.isnan().all(), flag

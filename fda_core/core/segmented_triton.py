@@ -420,8 +420,9 @@ def project(sources: Tensor, target: Tensor, params: Tensor, table: ChunkTable, 
                          f"([w·β (N), scale (N), a]); got {tuple(params.shape)}, {params.dtype}, {params.device}")
     if reduction is None:
         reduction = start_projection(sources, target, table, config)
-    elif reduction.table is not table or reduction.partial.shape[1] != n:
-        raise ValueError("reduction was started for another chunk table or number of sources than this call's")
+    elif reduction.table is not table or reduction.partial.shape[1] != n or config not in (None, reduction.config):
+        raise ValueError("reduction was started for another chunk table, number of sources or kernel configuration "
+                         "than this call's")
     config, partial, tpartial = reduction.config, reduction.partial, reduction.tpartial
     n_segments = table.segment_chunks.numel() - 1
     coefs = torch.empty(n, n_segments, dtype=sources.dtype, device=sources.device)
