@@ -22,8 +22,10 @@ the least two passes can cost. This script measures, in one run on one device, f
   library's default, :func:`~fda_core.core.segmented_triton.project`, the library's kernel configuration): ``fedgp,
   kernel coefficients`` (the whole call; its result checked against the torch coefficients'), ``fedgp, kernel
   coefficients, late reduction`` (the same call with its first kernel launched after β and the weights are checked,
-  as before 2026-11-26: what launching it first saves) and ``project only``, eagerly and
-  replayed from a CUDA graph, each with the read of its finiteness flag;
+  as before 2026-11-26: what launching it first saves), ``fedgp, kernel coefficients, β as a host tensor`` (β
+  passed as a CPU tensor, which the call checks and packs with torch operators, as every call did before the sixth
+  session of 2026-11-26: what packing Python numbers in Python saves) and ``project only``, eagerly and replayed from
+  a CUDA graph, each with the read of its finiteness flag;
 
 and the copy floor ``dst.copy_(S)``. Times are medians of ``--repeats`` calls, timed in turns (one call of each per
 round), each between two ``torch.cuda.synchronize()`` with ``time.perf_counter``, as in ``benchmarks/aggregation.py``.
@@ -175,26 +177,32 @@ def run(device: str = "cuda", sources: Sequence[int] = (4, 10), repeats: int = 3
 
 #: the whole call with the coefficients formed in the third kernel (``LAYERWISE_COEFFICIENTS = "kernel"``)
 KERNEL_COEFS = "fedgp, kernel coefficients"
+#: the same call with β as a CPU tensor: checked and packed by torch operators rather than in Python
+HOST_TENSOR = "β as a host tensor"
 
 
 def _kernel_coefficient_rows(S: torch.Tensor, t: torch.Tensor, lengths: list[int], out: torch.Tensor,
                              reference: torch.Tensor) -> dict[str, Callable[[], Any]]:
     """The rows of the three-kernel path (library's kernel configuration), its result checked against ``reference``
     (the torch coefficients') first. The whole calls, early and late reduction, enter the same patches (the late one
-    with stand-ins), so their host work differs only in the order of the reduction's launch."""
-    def whole_call(start: Callable[..., Any], project_call: Callable[..., Any]) -> Callable[[], Any]:
+    with stand-ins), so their host work differs only in the order of the reduction's launch. The ``β as a host
+    tensor`` row passes β as a CPU tensor, which the library checks and packs with torch operators (as every call did
+    before 2026-11-26's sixth session) instead of in Python: what the Python packing saves."""
+    def whole_call(start: Callable[..., Any], project_call: Callable[..., Any], beta: Any = BETA) -> Callable[[], Any]:
         def run():
             with mock.patch.object(aggregation_module, "layerwise_start", start), \
                     mock.patch.object(aggregation_module, "layerwise_project", project_call), \
                     mock.patch.object(aggregation_module, "LAYERWISE_COEFFICIENTS", "kernel"):
-                return fedgp(S, t, BETA, out=out, segments=lengths)
+                return fedgp(S, t, beta, out=out, segments=lengths)
         return run
 
     call = whole_call(aggregation_module.layerwise_start, layerwise_project)
     late = whole_call(_late_start, _late_project)
-    call()
-    if not torch.allclose(out, reference, rtol=1e-4, atol=1e-5):
-        raise AssertionError("fedgp with kernel coefficients does not reproduce the torch coefficients")
+    host_tensor = whole_call(aggregation_module.layerwise_start, layerwise_project, torch.tensor(BETA))
+    for row in (host_tensor, call):
+        row()
+        if not torch.allclose(out, reference, rtol=1e-4, atol=1e-5):
+            raise AssertionError("fedgp with kernel coefficients does not reproduce the torch coefficients")
     n = S.shape[0]
     wb = torch.full((n,), BETA / n, device=S.device)
     params = torch.cat([wb, torch.ones_like(wb), (1.0 - wb.sum()).reshape(1)])
@@ -203,7 +211,7 @@ def _kernel_coefficient_rows(S: torch.Tensor, t: torch.Tensor, lengths: list[int
     late_result = late().clone()
     if not torch.equal(late_result, call()):
         raise AssertionError("fedgp with its reduction launched late differs from the library's call")
-    rows = {KERNEL_COEFS: call, f"{KERNEL_COEFS}, late reduction": late,
+    rows = {KERNEL_COEFS: call, f"{KERNEL_COEFS}, late reduction": late, f"{KERNEL_COEFS}, {HOST_TENSOR}": host_tensor,
             "project only, eager": lambda: float(project()) == 0.0}
     replay, flag = captured(project)
     rows["project only, CUDA graph replay"] = lambda: (replay(), float(flag) == 0.0)
@@ -287,7 +295,7 @@ def format_report(records: list[dict], env: dict) -> str:
         if KERNEL_COEFS in rows:
             lines.append(f"  N={n}: host synchronisations per {KERNEL_COEFS} call: {rows[KERNEL_COEFS]['host_syncs']}")
         for row in ("arithmetic only, eager", "arithmetic only, CUDA graph replay", KERNEL_COEFS,
-                    f"{KERNEL_COEFS}, late reduction", "project only, eager",
+                    f"{KERNEL_COEFS}, late reduction", f"{KERNEL_COEFS}, {HOST_TENSOR}", "project only, eager",
                     "project only, CUDA graph replay"):
             if row in rows:
                 lines.append(f"  N={n}: {row} (library's configuration, with the check): {rows[row]['median_ms']:.3f} ms "

@@ -1,6 +1,7 @@
 """Aggregation rules: hand-computed cases, invariants (hypothesis), forms, registry and bad input."""
 
 import math
+import re
 
 import pytest
 import torch
@@ -484,3 +485,77 @@ def test_fedgp_nofilter_keeps_negative_projections():
     torch.testing.assert_close(fedgp(src, gt, 1.0), 0.5 * (6.0 / 9.0) * src[1])
     pos = torch.tensor([[1.0, 0.5], [0.2, 3.0]])
     torch.testing.assert_close(fedgp_nofilter(pos, gt, 0.4), fedgp(pos, gt, 0.4))
+
+
+# ------------------------------------------------------------------ the kernel path's Python-packed parameters
+def _blocks(n: int, dtype: torch.dtype):
+    import fda_core.core.aggregation as agg
+
+    return agg._normalise(torch.zeros(n, 3, dtype=dtype), torch.zeros(3, dtype=dtype), [1, 2])
+
+
+def _torch_params(beta, weights, alignment, blocks):
+    """The same (2N + 1,) vector by the torch construction (the tensor path of _project_fused)."""
+    import fda_core.core.aggregation as agg
+
+    b = agg._checked_per_source(beta, blocks, "beta", agg._BETA_BOUNDS, upper=1.0)[0]
+    w = agg._check_weights(weights, blocks)
+    scale = agg._check_alignment(alignment, blocks)
+    wb = w * b.expand(blocks.n_sources)
+    return torch.cat([wb, scale.expand(blocks.n_sources), (1.0 - wb.sum(-1)).reshape(1)])
+
+
+@settings(max_examples=150, deadline=None)
+@given(n=st.integers(1, 10), dtype=st.sampled_from([torch.float32, torch.float64]), data=st.data())
+def test_python_params_equal_the_torch_construction_to_rounding(n, dtype, data):
+    """β, the weights and the alignment given as Python numbers are packed in Python ([w_i β_i, scale_i, a = 1 −
+    Σ w_i β_i], docs/theory.md § Rules): the torch construction's values to the dtype's rounding, a + Σ w_i β_i = 1."""
+    import fda_core.core.aggregation as agg
+
+    unit = st.floats(0, 1, allow_nan=False)
+    beta = data.draw(st.one_of(unit, st.lists(unit, min_size=n, max_size=n)))
+    weights = data.draw(st.one_of(st.none(), st.lists(st.floats(0.01, 100), min_size=n, max_size=n),
+                                  st.lists(st.integers(1, 5), min_size=n, max_size=n)))
+    alignment = data.draw(st.one_of(st.none(), st.lists(st.floats(0, 10), min_size=n, max_size=n)))
+    blocks = _blocks(n, dtype)
+    got = agg._python_params(beta, weights, alignment, blocks)
+    expected = _torch_params(beta, weights, alignment, blocks)
+    assert got.dtype == dtype and got.shape == (2 * n + 1,)
+    eps = torch.finfo(dtype).eps
+    torch.testing.assert_close(got, expected, rtol=8 * eps, atol=8 * eps)
+    assert abs(float(got[-1]) + math.fsum(got[:n].tolist()) - 1.0) <= 8 * eps
+
+
+def test_python_params_leave_tensors_and_other_dtypes_to_the_torch_path():
+    import fda_core.core.aggregation as agg
+
+    blocks = _blocks(3, torch.float32)
+    assert agg._python_params(torch.tensor(0.5), None, None, blocks) is None
+    assert agg._python_params(0.5, torch.ones(3), None, blocks) is None
+    assert agg._python_params(0.5, None, torch.ones(3), blocks) is None
+    assert agg._python_params(0.5, None, None, _blocks(3, torch.float16)) is None
+    # weights whose sum leaves float32's range: the torch path decides what they mean, as for every other path
+    assert agg._python_params(0.5, [3e38, 3e38, 1.0], None, blocks) is None
+    assert agg._python_params(0.5, [1, 2, 3], [1.0, 2.0, 0.0], blocks) is not None
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(beta=1.5), "beta must lie in [0, 1]"), (dict(beta=[0.5, -0.1, 0.2]), "beta must lie in [0, 1]"),
+    (dict(beta=math.nan), "beta must be finite"), (dict(beta=0.5, weights=[1, -1, 1]), "weights must be non-negative"),
+    (dict(beta=0.5, weights=[0, 0, 0]), "weights must have a positive sum"),
+    (dict(beta=0.5, weights=[1, math.inf, 1]), "weights must be finite"),
+    (dict(beta=0.5, alignment=[1, -2, 1]), "alignment must be non-negative"),
+    (dict(beta=[0.5, 0.5]), "beta has 2 entries but there are 3 sources"),
+])
+def test_python_params_raise_as_the_checks_do(kwargs, message):
+    """Bad β, weights or alignment raise in the Python packing with the messages of the checks every path uses."""
+    import fda_core.core.aggregation as agg
+
+    kwargs = dict(dict(weights=None, alignment=None), **kwargs)
+    blocks = _blocks(3, torch.float64)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        params = agg._python_params(kwargs["beta"], kwargs["weights"], kwargs["alignment"], blocks)
+        if params is None:  # not Python numbers of the right count: the torch path's checks
+            _torch_params(kwargs["beta"], kwargs["weights"], kwargs["alignment"], blocks)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        fedgp_cosine(torch.randn(3, 3, dtype=torch.float64), torch.randn(3, dtype=torch.float64), **kwargs)
