@@ -695,3 +695,26 @@ def test_input_noise_is_drawn_anew_every_round_on_the_target():
 
     with pytest.raises(ValueError, match="noise_draw='per_round'.*only the in-process loop"):
         NodeData(c)
+
+
+@pytest.mark.parametrize("spec, rule", [("fedgp(projection='exact_layerwise')", "fedgp"),
+                                        ("fedgp(projection='cosine')", "fedgp_cosine"), ("fedda", "fedda"),
+                                        ("fedda(align=True)", "fedda")])
+def test_fixed_beta_methods_pass_beta_and_weights_as_python_numbers(spec, rule):
+    """The engine hands a fixed β and the FedAvg weights to the rule as Python numbers, which the rule checks on the
+    host: as device tensors each of their checks would be a host synchronisation on a GPU. The weights are the
+    engine's own, n_i / Σ n_i (as floats of the run's dtype)."""
+    from unittest import mock
+
+    seen = []
+    real = getattr(aggregation, rule)
+
+    def spy(sources, target, beta, weights=None, *args, **kwargs):
+        seen.append((beta, weights))
+        return real(sources, target, beta, weights, *args, **kwargs)
+
+    with mock.patch.object(aggregation, rule, spy):
+        run(rule=spec, rounds=2)
+    assert seen and all(type(b) is float and b == 0.5 for b, _ in seen)
+    assert all(type(w) is list and all(type(x) is float for x in w) for _, w in seen)
+    assert all(w == pytest.approx([0.5, 0.5]) and w == seen[0][1] for _, w in seen)

@@ -344,6 +344,7 @@ class Run:
         self.optimizer = FlatAdam(fm.m, self.device, dtype, kind=c["optimizer"])
         sizes = torch.tensor([s["x"].shape[0] for s in self.sources], dtype=dtype, device=self.device)
         self.weights = sizes / sizes.sum() if n_src else sizes  # FedAvg sample weights n_i / Σ n_i
+        self.weight_list = self.weights.tolist()  # the same as Python floats, read once (RoundResults.weight_values)
         self.theta = fm.flat.detach().clone()  # global model h^(r)
         self.buffers = fm.buffers()
         self._source_updates = torch.empty(n_src, fm.m, device=self.device, dtype=dtype) if n_src else None
@@ -539,7 +540,7 @@ class Run:
                 align_t = x.shape[0] / batch * epochs
         res = RoundResults(
             source_updates=self._source_updates if plan.sources else None, source_steps=src_steps,
-            weights=self.weights, source_buffers=src_bufs,
+            weights=self.weights, weight_list=self.weight_list, source_buffers=src_bufs,
             target_update=self._target_update if tt is not None else None,
             target_params=fm.flat if tt is not None else None, target_parts=parts, target_steps=steps_t,
             target_buffers=t_bufs, lr_source=lr_s, lr_target=lr_t, scratch=self._scratch,

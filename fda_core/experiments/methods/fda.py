@@ -86,10 +86,13 @@ class TargetOnly(FDAMethod):
         return None
 
 
-def _apply_rule(rule: str, projection: str, filter_negative: bool, res: RoundResults, beta: Tensor, out: Tensor) -> None:
-    """out ← Aggr(aligned source updates, g_T, β) (``docs/theory.md`` § Rules), with the projection variant."""
+def _apply_rule(rule: str, projection: str, filter_negative: bool, res: RoundResults, beta: Tensor | float,
+                out: Tensor) -> None:
+    """out ← Aggr(aligned source updates, g_T, β) (``docs/theory.md`` § Rules), with the projection variant. β (a
+    number or (N,)) and the weights go to the rule as Python numbers where they are known on the host: the rule then
+    checks them there, with no device read (on a GPU, each check of a device tensor is a host synchronisation)."""
     aligned = res.aligned_source_updates()
-    g_t, w = res.target_update, res.weights
+    g_t, w = res.target_update, res.weight_values()
     if rule == "fedda":
         aggregation.fedda(aligned, g_t, beta, w, out=out)
     elif not filter_negative:  # the "FedGP w/o filter" ablation (FedGP paper Table 4)
@@ -122,12 +125,12 @@ class FedDA(FDAMethod):
     gradient_rule = "fedda"
 
     def combine(self, rnd, res, out):
-        beta = torch.full((res.weights.numel(),), float(self.beta), dtype=out.dtype, device=out.device)
         if self.align:
-            _apply_rule("fedda", "exact", True, res, beta, out)
+            _apply_rule("fedda", "exact", True, res, float(self.beta), out)
         else:
-            aggregation.fedda(res.raw_source_updates(), res.target_update, beta, res.weights, out=out)
-        return beta
+            aggregation.fedda(res.raw_source_updates(), res.target_update, float(self.beta), res.weight_values(),
+                              out=out)
+        return torch.full((res.weights.numel(),), float(self.beta), dtype=out.dtype, device=out.device)
 
 
 class FedGP(FDAMethod):
@@ -153,9 +156,8 @@ class FedGP(FDAMethod):
             raise ValueError("filter=False is defined for projection='exact' or 'exact_layerwise', not 'cosine'")
 
     def combine(self, rnd, res, out):
-        beta = torch.full((res.weights.numel(),), float(self.beta), dtype=out.dtype, device=out.device)
-        _apply_rule("fedgp", self.projection, self.filter, res, beta, out)
-        return beta
+        _apply_rule("fedgp", self.projection, self.filter, res, float(self.beta), out)
+        return torch.full((res.weights.numel(),), float(self.beta), dtype=out.dtype, device=out.device)
 
 
 _LR_SCALINGS = ("paper", "reference")

@@ -133,6 +133,8 @@ class RoundResults:
             uses (``docs/reproduction.md`` § Reference-exact options): the engine's ``alignment_steps="fractional"``
             gives n/bs·epochs (FedGP paper App. B.2 Eq. B.2 and the reference code), ``"taken"`` the steps
             actually taken, ⌈n/bs⌉·epochs. None: ``source_steps`` / ``target_steps``.
+        weight_list: :attr:`weights` as Python floats when the engine has them (it reads them once per run);
+            None: read from :attr:`weights` once, on the first :meth:`weight_values`.
     """
 
     source_updates: Tensor | None
@@ -151,8 +153,17 @@ class RoundResults:
     as_dicts: Callable[[Tensor], list[dict[str, Tensor]]]
     source_alignment_steps: Sequence[float] | None = None
     target_alignment_steps: float | None = None
+    weight_list: list[float] | None = None
     _factors: Tensor | None = field(default=None, repr=False)
     _segments: tuple[int, ...] | None = field(default=None, repr=False)
+
+    def weight_values(self) -> list[float]:
+        """(N,) :attr:`weights` as Python floats, the same values: what the rules take without reading a device
+        tensor. The rules check per-source values given as tensors where they are — on a GPU each check is a host
+        synchronisation — and Python numbers on the host (:mod:`fda_core.core.aggregation`)."""
+        if self.weight_list is None:
+            self.weight_list = self.weights.tolist()
+        return self.weight_list
 
     def segment_lengths(self) -> tuple[int, ...]:
         """(L,) lengths of the parameter tensors in the flat vector's order, read once from :attr:`as_dict`: the
@@ -211,7 +222,7 @@ class RoundResults:
         """Sample-weighted average of the sources' BatchNorm statistics (what FedAvg keeps)."""
         if not self.source_buffers or not self.source_buffers[0]:
             return {}
-        w = self.weights.tolist()
+        w = self.weight_values()
         return {k: sum(wi * b[k] for wi, b in zip(w, self.source_buffers)) for k in self.source_buffers[0]}
 
 
