@@ -24,7 +24,9 @@ the least two passes can cost. This script measures, in one run on one device, f
   coefficients, late reduction`` (the same call with its first kernel launched after β and the weights are checked,
   as before 2026-11-26: what launching it first saves), ``fedgp, kernel coefficients, β as a host tensor`` (β
   passed as a CPU tensor, which the call checks and packs with torch operators, as every call did before the sixth
-  session of 2026-11-26: what packing Python numbers in Python saves) and ``project only``, eagerly and replayed from
+  session of 2026-11-26: what packing Python numbers in Python saves), ``fedgp, kernel coefficients, β and weights
+  on the device`` (both as (N,) device tensors, as the engine passed them until then: each of their checks reads the
+  device) and ``project only``, eagerly and replayed from
   a CUDA graph, each with the read of its finiteness flag;
 
 and the copy floor ``dst.copy_(S)``. Times are medians of ``--repeats`` calls, timed in turns (one call of each per
@@ -160,7 +162,7 @@ def run(device: str = "cuda", sources: Sequence[int] = (4, 10), repeats: int = 3
             fns["fedgp without check"] = lambda: _with(None, True, lambda: fedgp(S, t, BETA, out=out, segments=lengths))
         times = time_round_robin(fns, dev, repeats, warmup=3)
         syncs = {row: host_synchronisations(fn, dev) for row, fn in fns.items()
-                 if row.endswith("fedgp") or row == KERNEL_COEFS}
+                 if row.endswith("fedgp") or row.startswith(KERNEL_COEFS)}
         floor = statistics.median(times["copy floor"])
         for row, ts in times.items():
             med = statistics.median(ts)
@@ -179,6 +181,8 @@ def run(device: str = "cuda", sources: Sequence[int] = (4, 10), repeats: int = 3
 KERNEL_COEFS = "fedgp, kernel coefficients"
 #: the same call with β as a CPU tensor: checked and packed by torch operators rather than in Python
 HOST_TENSOR = "β as a host tensor"
+#: the same call with β and the weights as (N,) device tensors, as the engine passed them before the sixth session
+ON_DEVICE = "β and weights on the device"
 
 
 def _kernel_coefficient_rows(S: torch.Tensor, t: torch.Tensor, lengths: list[int], out: torch.Tensor,
@@ -188,22 +192,25 @@ def _kernel_coefficient_rows(S: torch.Tensor, t: torch.Tensor, lengths: list[int
     with stand-ins), so their host work differs only in the order of the reduction's launch. The ``β as a host
     tensor`` row passes β as a CPU tensor, which the library checks and packs with torch operators (as every call did
     before 2026-11-26's sixth session) instead of in Python: what the Python packing saves."""
-    def whole_call(start: Callable[..., Any], project_call: Callable[..., Any], beta: Any = BETA) -> Callable[[], Any]:
+    def whole_call(start: Callable[..., Any], project_call: Callable[..., Any], beta: Any = BETA,
+                   weights: Any = None) -> Callable[[], Any]:
         def run():
             with mock.patch.object(aggregation_module, "layerwise_start", start), \
                     mock.patch.object(aggregation_module, "layerwise_project", project_call), \
                     mock.patch.object(aggregation_module, "LAYERWISE_COEFFICIENTS", "kernel"):
-                return fedgp(S, t, beta, out=out, segments=lengths)
+                return fedgp(S, t, beta, weights, out=out, segments=lengths)
         return run
 
+    n = S.shape[0]
     call = whole_call(aggregation_module.layerwise_start, layerwise_project)
     late = whole_call(_late_start, _late_project)
     host_tensor = whole_call(aggregation_module.layerwise_start, layerwise_project, torch.tensor(BETA))
-    for row in (host_tensor, call):
+    on_device = whole_call(aggregation_module.layerwise_start, layerwise_project,
+                           torch.full((n,), BETA, device=S.device), torch.full((n,), 1.0 / n, device=S.device))
+    for row in (host_tensor, on_device, call):
         row()
         if not torch.allclose(out, reference, rtol=1e-4, atol=1e-5):
             raise AssertionError("fedgp with kernel coefficients does not reproduce the torch coefficients")
-    n = S.shape[0]
     wb = torch.full((n,), BETA / n, device=S.device)
     params = torch.cat([wb, torch.ones_like(wb), (1.0 - wb.sum()).reshape(1)])
     table = segmented_triton.table_for(lengths, S)
@@ -212,6 +219,7 @@ def _kernel_coefficient_rows(S: torch.Tensor, t: torch.Tensor, lengths: list[int
     if not torch.equal(late_result, call()):
         raise AssertionError("fedgp with its reduction launched late differs from the library's call")
     rows = {KERNEL_COEFS: call, f"{KERNEL_COEFS}, late reduction": late, f"{KERNEL_COEFS}, {HOST_TENSOR}": host_tensor,
+            f"{KERNEL_COEFS}, {ON_DEVICE}": on_device,
             "project only, eager": lambda: float(project()) == 0.0}
     replay, flag = captured(project)
     rows["project only, CUDA graph replay"] = lambda: (replay(), float(flag) == 0.0)
@@ -293,9 +301,10 @@ def format_report(records: list[dict], env: dict) -> str:
                          f"{call[best_call]:.3f} ms ({call[best_call] / floor:.2f}x; without the check "
                          f"{rows[f'{best_call} fedgp without check']['median_ms']:.3f} ms)")
         if KERNEL_COEFS in rows:
-            lines.append(f"  N={n}: host synchronisations per {KERNEL_COEFS} call: {rows[KERNEL_COEFS]['host_syncs']}")
+            for row in (KERNEL_COEFS, f"{KERNEL_COEFS}, {ON_DEVICE}"):
+                lines.append(f"  N={n}: host synchronisations per {row} call: {rows[row]['host_syncs']}")
         for row in ("arithmetic only, eager", "arithmetic only, CUDA graph replay", KERNEL_COEFS,
-                    f"{KERNEL_COEFS}, late reduction", f"{KERNEL_COEFS}, {HOST_TENSOR}", "project only, eager",
+                    f"{KERNEL_COEFS}, late reduction", f"{KERNEL_COEFS}, {HOST_TENSOR}", f"{KERNEL_COEFS}, {ON_DEVICE}", "project only, eager",
                     "project only, CUDA graph replay"):
             if row in rows:
                 lines.append(f"  N={n}: {row} (library's configuration, with the check): {rows[row]['median_ms']:.3f} ms "

@@ -205,7 +205,8 @@ def benchmark_rows():
         reference = bench._with(None, False, lambda: agg.fedgp(S, t, bench.BETA, segments=lengths))
         rows = bench._kernel_coefficient_rows(S, t, lengths, out, reference)
         assert sorted(rows) == sorted([bench.KERNEL_COEFS, f"{bench.KERNEL_COEFS}, late reduction",
-                                       f"{bench.KERNEL_COEFS}, {bench.HOST_TENSOR}", "project only, eager", "project only, CUDA graph replay"]), sorted(rows)
+                                       f"{bench.KERNEL_COEFS}, {bench.HOST_TENSOR}",
+                                       f"{bench.KERNEL_COEFS}, {bench.ON_DEVICE}", "project only, eager", "project only, CUDA graph replay"]), sorted(rows)
         for row, fn in rows.items():
             out.fill_(float("nan"))
             fn()
