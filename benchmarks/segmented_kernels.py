@@ -21,8 +21,8 @@ the least two passes can cost. This script measures, in one run on one device, f
 * with Triton, the same for the coefficients formed in a third kernel (``LAYERWISE_COEFFICIENTS = "kernel"``, the
   library's default, :func:`~fda_core.core.segmented_triton.project`, the library's kernel configuration): ``fedgp,
   kernel coefficients`` (the whole call; its result checked against the torch coefficients'), ``fedgp, kernel
-  coefficients, late reduction`` (the same call with its first kernel launched after β and the weights are checked,
-  as before 2026-11-26: what launching it first saves), ``fedgp, kernel coefficients, β as a host tensor`` (β
+  coefficients, early reduction`` (the same call with its first kernel launched before β and the weights are
+  checked, ``LAYERWISE_REDUCTION_LAUNCH = "early"``: whether overlapping that host work pays), ``fedgp, kernel coefficients, β as a host tensor`` (β
   passed as a CPU tensor, which the call checks and packs with torch operators, as every call did before the sixth
   session of 2026-11-26: what packing Python numbers in Python saves), ``fedgp, kernel coefficients, β and weights
   on the device`` (both as (N,) device tensors, as the engine passed them until then: each of their checks reads the
@@ -64,7 +64,7 @@ from fda_core.common.devices import host_synchronisations  # noqa: E402
 from fda_core.common.files import atomic_write_json  # noqa: E402
 from fda_core.core import segmented_triton  # noqa: E402
 from fda_core.core.aggregation import fedgp  # noqa: E402
-from fda_core.core.segmented import (layerwise_combine, layerwise_project, layerwise_reductions,  # noqa: E402
+from fda_core.core.segmented import (layerwise_combine, layerwise_reductions,  # noqa: E402
                                      segment_combine, segment_dots, segment_plan, segment_sqnorms)
 from fda_core.core.segmented_triton import KernelConfig  # noqa: E402
 
@@ -181,6 +181,8 @@ def run(device: str = "cuda", sources: Sequence[int] = (4, 10), repeats: int = 3
 KERNEL_COEFS = "fedgp, kernel coefficients"
 #: the same call with β as a CPU tensor: checked and packed by torch operators rather than in Python
 HOST_TENSOR = "β as a host tensor"
+#: the same call with its first kernel launched before β and the weights are checked (LAYERWISE_REDUCTION_LAUNCH)
+EARLY = "early reduction"
 #: the same call with β and the weights as (N,) device tensors, as the engine passed them before the sixth session
 ON_DEVICE = "β and weights on the device"
 
@@ -188,25 +190,23 @@ ON_DEVICE = "β and weights on the device"
 def _kernel_coefficient_rows(S: torch.Tensor, t: torch.Tensor, lengths: list[int], out: torch.Tensor,
                              reference: torch.Tensor) -> dict[str, Callable[[], Any]]:
     """The rows of the three-kernel path (library's kernel configuration), its result checked against ``reference``
-    (the torch coefficients') first. The whole calls, early and late reduction, enter the same patches (the late one
-    with stand-ins), so their host work differs only in the order of the reduction's launch. The ``β as a host
-    tensor`` row passes β as a CPU tensor, which the library checks and packs with torch operators (as every call did
-    before 2026-11-26's sixth session) instead of in Python: what the Python packing saves."""
-    def whole_call(start: Callable[..., Any], project_call: Callable[..., Any], beta: Any = BETA,
-                   weights: Any = None) -> Callable[[], Any]:
+    (the torch coefficients') first. The whole calls with the reduction launched late (the library's default) and
+    early (``LAYERWISE_REDUCTION_LAUNCH``) enter the same patches, so their host work differs only in the order of
+    the reduction's launch. The ``β as a host tensor`` row passes β as a CPU tensor, which the library checks and
+    packs with torch operators (as every call did before 2026-11-26's sixth session) instead of in Python: what the
+    Python packing saves."""
+    def whole_call(launch: str = "late", beta: Any = BETA, weights: Any = None) -> Callable[[], Any]:
         def run():
-            with mock.patch.object(aggregation_module, "layerwise_start", start), \
-                    mock.patch.object(aggregation_module, "layerwise_project", project_call), \
+            with mock.patch.object(aggregation_module, "LAYERWISE_REDUCTION_LAUNCH", launch), \
                     mock.patch.object(aggregation_module, "LAYERWISE_COEFFICIENTS", "kernel"):
                 return fedgp(S, t, beta, weights, out=out, segments=lengths)
         return run
 
     n = S.shape[0]
-    call = whole_call(aggregation_module.layerwise_start, layerwise_project)
-    late = whole_call(_late_start, _late_project)
-    host_tensor = whole_call(aggregation_module.layerwise_start, layerwise_project, torch.tensor(BETA))
-    on_device = whole_call(aggregation_module.layerwise_start, layerwise_project,
-                           torch.full((n,), BETA, device=S.device), torch.full((n,), 1.0 / n, device=S.device))
+    call, early = whole_call(), whole_call("early")
+    host_tensor = whole_call(beta=torch.tensor(BETA))
+    on_device = whole_call(beta=torch.full((n,), BETA, device=S.device),
+                           weights=torch.full((n,), 1.0 / n, device=S.device))
     for row in (host_tensor, on_device, call):
         row()
         if not torch.allclose(out, reference, rtol=1e-4, atol=1e-5):
@@ -215,28 +215,15 @@ def _kernel_coefficient_rows(S: torch.Tensor, t: torch.Tensor, lengths: list[int
     params = torch.cat([wb, torch.ones_like(wb), (1.0 - wb.sum()).reshape(1)])
     table = segmented_triton.table_for(lengths, S)
     project = lambda: segmented_triton.project(S, t, params, table, out)[0]  # noqa: E731
-    late_result = late().clone()
-    if not torch.equal(late_result, call()):
-        raise AssertionError("fedgp with its reduction launched late differs from the library's call")
-    rows = {KERNEL_COEFS: call, f"{KERNEL_COEFS}, late reduction": late, f"{KERNEL_COEFS}, {HOST_TENSOR}": host_tensor,
+    early_result = early().clone()
+    if not torch.equal(early_result, call()):
+        raise AssertionError("fedgp with its reduction launched early differs from the library's call")
+    rows = {KERNEL_COEFS: call, f"{KERNEL_COEFS}, {EARLY}": early, f"{KERNEL_COEFS}, {HOST_TENSOR}": host_tensor,
             f"{KERNEL_COEFS}, {ON_DEVICE}": on_device,
             "project only, eager": lambda: float(project()) == 0.0}
     replay, flag = captured(project)
     rows["project only, CUDA graph replay"] = lambda: (replay(), float(flag) == 0.0)
     return rows
-
-
-_LATE = object()
-
-
-def _late_start(sources, target, lengths):
-    """Stands in for ``layerwise_start`` in the ``late reduction`` row: launches nothing."""
-    return _LATE
-
-
-def _late_project(*args, reduction=None, **kwargs):
-    """Stands in for ``layerwise_project`` in the ``late reduction`` row: launches the reduction itself, here."""
-    return layerwise_project(*args, reduction=None if reduction is _LATE else reduction, **kwargs)
 
 
 def layerwise_fedgp_arithmetic(S: torch.Tensor, t: torch.Tensor, wb: torch.Tensor, lengths: Sequence[int],
@@ -304,7 +291,7 @@ def format_report(records: list[dict], env: dict) -> str:
             for row in (KERNEL_COEFS, f"{KERNEL_COEFS}, {ON_DEVICE}"):
                 lines.append(f"  N={n}: host synchronisations per {row} call: {rows[row]['host_syncs']}")
         for row in ("arithmetic only, eager", "arithmetic only, CUDA graph replay", KERNEL_COEFS,
-                    f"{KERNEL_COEFS}, late reduction", f"{KERNEL_COEFS}, {HOST_TENSOR}", f"{KERNEL_COEFS}, {ON_DEVICE}", "project only, eager",
+                    f"{KERNEL_COEFS}, {EARLY}", f"{KERNEL_COEFS}, {HOST_TENSOR}", f"{KERNEL_COEFS}, {ON_DEVICE}", "project only, eager",
                     "project only, CUDA graph replay"):
             if row in rows:
                 lines.append(f"  N={n}: {row} (library's configuration, with the check): {rows[row]['median_ms']:.3f} ms "

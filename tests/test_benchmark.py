@@ -178,11 +178,12 @@ def test_host_work_benchmark_takes_the_gpu_code_path_on_the_cpu():
     assert "kernels stubbed" in bench.format_report(records, bench.environment(bench.resolve_device("cpu")))
 
 
-def test_layerwise_call_launches_its_reduction_before_checking_beta():
-    """With the coefficients in the kernels (the default), a layer-wise call launches its first kernel before it checks
-    β and the weights, so that host work overlaps the kernel on a GPU (the GPU code path on the CPU, kernels stubbed,
-    as benchmarks/aggregation_host_work.py runs it); a bad β still raises, naming it; the torch coefficients check
-    β first, and so does benchmarks/segmented_kernels.py's ``late reduction`` row (what the early launch saves)."""
+def test_layerwise_call_launches_its_reduction_where_the_setting_says():
+    """With the coefficients in the kernels (the default), a layer-wise call launches its first kernel after it checks
+    β and the weights (``LAYERWISE_REDUCTION_LAUNCH = "late"``, the default) or before (``"early"``, so that host
+    work overlaps the kernel on a GPU), as benchmarks/segmented_kernels.py's rows time them (the GPU code path on the
+    CPU, kernels stubbed, as benchmarks/aggregation_host_work.py runs it); a bad β raises, naming it, either way; the
+    torch coefficients check β first; a bad setting is named."""
     import fda_core.core.aggregation as agg
     from fda_core.core import segmented_triton
 
@@ -204,23 +205,23 @@ def test_layerwise_call_launches_its_reduction_before_checking_beta():
     S, t = torch.randn(3, 20), torch.randn(20)
     with bench.gpu_code_path_on_cpu(), mock.patch.object(segmented_triton, "_reduce_kernel", Recorded((4, 5))), \
             mock.patch.object(agg, "_checked_python", check):
-        assert agg.LAYERWISE_COEFFICIENTS == "kernel"
-        agg.fedgp(S, t, 0.5, segments=[5, 15])
-        assert events == ["reduce", "beta"]
-        events.clear()
-        with pytest.raises(ValueError, match="beta must lie in"):
-            agg.fedgp_cosine(S, t, 1.5, segments=[5, 15])
-        assert events == ["reduce", "beta"]
+        assert (agg.LAYERWISE_COEFFICIENTS, agg.LAYERWISE_REDUCTION_LAUNCH) == ("kernel", "late")
+        for launch, order in (("late", ["beta", "reduce"]), ("early", ["reduce", "beta"])):
+            with mock.patch.object(agg, "LAYERWISE_REDUCTION_LAUNCH", launch):
+                events.clear()
+                agg.fedgp(S, t, 0.5, segments=[5, 15])
+                assert events == order, launch
+                events.clear()
+                with pytest.raises(ValueError, match="beta must lie in"):
+                    agg.fedgp_cosine(S, t, 1.5, segments=[5, 15])
+                assert events == order[:order.index("beta") + 1], launch
         events.clear()
         with mock.patch.object(agg, "LAYERWISE_COEFFICIENTS", "torch"):
             agg.fedgp(S, t, 0.5, segments=[5, 15])
         assert events == ["beta", "reduce"]
-        events.clear()
-        kernels_bench = _load("segmented_kernels")
-        with mock.patch.object(agg, "layerwise_start", kernels_bench._late_start), \
-                mock.patch.object(agg, "layerwise_project", kernels_bench._late_project):
+        with mock.patch.object(agg, "LAYERWISE_REDUCTION_LAUNCH", "soon"), \
+                pytest.raises(ValueError, match="LAYERWISE_REDUCTION_LAUNCH must be 'late' or 'early'"):
             agg.fedgp(S, t, 0.5, segments=[5, 15])
-        assert events == ["beta", "reduce"]
 
 
 def test_kernel_code_reads_instructions_and_needs_triton(capsys):

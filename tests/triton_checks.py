@@ -204,7 +204,7 @@ def benchmark_rows():
             mock.patch.object(bench, "captured", lambda fn: (fn, fn())):
         reference = bench._with(None, False, lambda: agg.fedgp(S, t, bench.BETA, segments=lengths))
         rows = bench._kernel_coefficient_rows(S, t, lengths, out, reference)
-        assert sorted(rows) == sorted([bench.KERNEL_COEFS, f"{bench.KERNEL_COEFS}, late reduction",
+        assert sorted(rows) == sorted([bench.KERNEL_COEFS, f"{bench.KERNEL_COEFS}, {bench.EARLY}",
                                        f"{bench.KERNEL_COEFS}, {bench.HOST_TENSOR}",
                                        f"{bench.KERNEL_COEFS}, {bench.ON_DEVICE}", "project only, eager", "project only, CUDA graph replay"]), sorted(rows)
         for row, fn in rows.items():

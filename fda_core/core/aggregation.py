@@ -36,12 +36,13 @@ import operator
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, NamedTuple, Union
 
 import torch
 from torch import Tensor
 
-from .segmented import layerwise_combine, layerwise_project, layerwise_reductions, layerwise_start
+from .segmented import (layerwise_combine, layerwise_project, layerwise_reductions, layerwise_start,
+                        projection_kernels)
 
 if TYPE_CHECKING:
     from .segmented_triton import Reduction
@@ -109,16 +110,36 @@ def _segmented(device: torch.device) -> bool:
 LAYERWISE_COEFFICIENTS = "kernel"
 
 
-def _fused(blocks: _Blocks) -> Reduction | None:
-    """Where this call forms its coefficients in the Triton kernel (see ``LAYERWISE_COEFFICIENTS``): that path's
-    first kernel, the reduction, launched now (:func:`~fda_core.core.segmented.layerwise_start`), so that the host
-    work of checking β and the weights and packing them overlaps it on the GPU; None otherwise."""
+#: when a layer-wise call on the kernel path (``LAYERWISE_COEFFICIENTS = "kernel"``) launches its first kernel, the
+#: reduction: "late" (with the other two, after β and the weights are checked and packed) or "early" (first, so that
+#: this host work overlaps the kernel on the GPU; :func:`~fda_core.core.segmented.layerwise_start`). Same results,
+#: bit for bit. Default "late": on an H200 (2026-11-26, ``benchmarks/segmented_kernels.py``, two runs, rows in
+#: turns) the early launch made a whole call slower, 0.439–0.575 instead of 0.368–0.531 ms at N = 4 and 0.494–0.528
+#: instead of 0.469–0.483 ms at N = 10 (README § GPU); why is not established.
+LAYERWISE_REDUCTION_LAUNCH = "late"
+
+
+class _KernelPath(NamedTuple):
+    """A layer-wise call on the three-kernel path; ``reduction``: its first kernel, launched early, or None (launched
+    with the others, by :func:`~fda_core.core.segmented.layerwise_project`)."""
+
+    reduction: Reduction | None
+
+
+def _fused(blocks: _Blocks) -> _KernelPath | None:
+    """Whether this call forms its coefficients in the Triton kernels (``LAYERWISE_COEFFICIENTS`` and whether they can
+    run here; None: the torch path), with the reduction launched now where ``LAYERWISE_REDUCTION_LAUNCH = "early"``."""
     if LAYERWISE_COEFFICIENTS not in ("torch", "kernel"):
         raise ValueError(f"LAYERWISE_COEFFICIENTS must be 'torch' or 'kernel', got {LAYERWISE_COEFFICIENTS!r}")
+    if LAYERWISE_REDUCTION_LAUNCH not in ("late", "early"):
+        raise ValueError(f"LAYERWISE_REDUCTION_LAUNCH must be 'late' or 'early', got {LAYERWISE_REDUCTION_LAUNCH!r}")
     flat = blocks.flat
     if LAYERWISE_COEFFICIENTS != "kernel" or flat is None:
         return None
-    return layerwise_start(flat.sources, flat.target, flat.lengths)  # None where the kernels cannot run
+    if LAYERWISE_REDUCTION_LAUNCH == "late":
+        return _KernelPath(None) if projection_kernels(flat.sources, flat.target) else None
+    reduction = layerwise_start(flat.sources, flat.target, flat.lengths)  # None where the kernels cannot run
+    return None if reduction is None else _KernelPath(reduction)
 
 
 def _laid_out(tensors: list[list[Tensor]]) -> Tensor | None:
@@ -685,11 +706,11 @@ def _aggregate(blocks: _Blocks, target_coef: Tensor, coefs: Tensor, checks: Tens
 
 def _aggregate_flat(blocks: _Blocks, target_coef: Tensor | None, coefs: Tensor | None, checks: Tensor | None,
                     out: Tensor | GradDict | None,
-                    projection: tuple[Tensor, str, bool, Reduction] | None = None):
+                    projection: tuple[Tensor, str, bool, Reduction | None] | None = None):
     """Dict or segments input on the segmented backend: one combination over the flat buffers. The result is one
     flat (m,) tensor (segments), or per-key views of it (dicts; written into ``out``: directly when its tensors lie
     back to back, else copied). With ``projection`` = (params, "exact" | "cosine", filter_negative, the reduction
-    :func:`_fused` launched) the coefficients are formed in the Triton kernels instead (``LAYERWISE_COEFFICIENTS =
+    :func:`_fused` launched early, or None) the coefficients are formed in the Triton kernels instead (``LAYERWISE_COEFFICIENTS =
     "kernel"``; ``target_coef``, ``coefs`` and ``checks`` are then None)."""
     flat = blocks.flat
     buffers = _out_buffers(out, blocks)
@@ -747,9 +768,9 @@ def _python_params(beta: Any, weights: Any, alignment: Any, blocks: _Blocks) -> 
 
 
 def _project_fused(blocks: _Blocks, beta: BetaLike, weights: BetaLike | None, alignment: BetaLike | None, mode: str,
-                   filter_negative: bool, out: Tensor | GradDict | None, reduction: Reduction):
-    """Layer-wise FedGP with its coefficients formed in the Triton kernels (``LAYERWISE_COEFFICIENTS = "kernel"``),
-    the reduction already launched (:func:`_fused`). β, the weights and the cosine form's alignment (None for the
+                   filter_negative: bool, out: Tensor | GradDict | None, path: _KernelPath):
+    """Layer-wise FedGP with its coefficients formed in the Triton kernels (``LAYERWISE_COEFFICIENTS = "kernel"``;
+    ``path`` from :func:`_fused`, with the reduction if it was launched early). β, the weights and the cosine form's alignment (None for the
     exact form: 1) are checked and packed with a = 1 − Σ_i w_i β_i (docs/theory.md § Rules) into one (2N + 1,)
     vector, copied to the device once: in Python where they are Python numbers (:func:`_python_params`), else as
     tensors where they were given."""
@@ -765,7 +786,7 @@ def _project_fused(blocks: _Blocks, beta: BetaLike, weights: BetaLike | None, al
         b, w, scale = parts
         wb = (w * b).expand(blocks.batch_shape + (n,))
         params = _to_target_device(torch.cat([wb, scale.expand(n), (1.0 - wb.sum(-1)).reshape(1)]), blocks)
-    return _aggregate_flat(blocks, None, None, None, out, projection=(params, mode, filter_negative, reduction))
+    return _aggregate_flat(blocks, None, None, None, out, projection=(params, mode, filter_negative, path.reduction))
 
 
 # ---------------------------------------------------------------------------------------------
