@@ -155,11 +155,13 @@ class _ConvBN(torch.nn.Module):
     statistics (float buffers, per client) and BatchNorm's integer step counter. ReLU before the norm, as in
     ``mnist_cnn`` (a bias right before BatchNorm has a zero gradient, which Adam turns into steps of rounding noise)."""
 
-    def __init__(self):
+    def __init__(self, spare_head: bool = False):
         super().__init__()
         self.conv = torch.nn.Conv2d(2, 4, 3)
         self.bn = torch.nn.BatchNorm2d(4)
         self.fc = torch.nn.Linear(4 * 4 * 4, 3)
+        if spare_head:  # parameters the cross-entropy never uses (as auxiliary heads under a plain method)
+            self.spare = torch.nn.Linear(4, 2)
 
     def forward(self, x):
         return self.fc(self.bn(torch.relu(self.conv(x))).flatten(1))
@@ -168,20 +170,23 @@ class _ConvBN(torch.nn.Module):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("optimizer", ["adam", "sgd"])
 @pytest.mark.parametrize("sizes", [(10, 10, 10), (10, 9, 11), (8, 8, 7)], ids=["equal", "unequal", "unequal-last"])
-def test_batched_trainer_is_the_per_client_loop_in_float64(optimizer, sizes, device):
+@pytest.mark.parametrize("spare_head", [False, True], ids=["", "spare-head"])
+def test_batched_trainer_is_the_per_client_loop_in_float64(optimizer, sizes, device, spare_head):
     """In float64 (rounding out of the way) every client's parameters, BatchNorm statistics and step counter after
     the batched training are those of training that client alone with local_train: same start (θ and the
     global buffers), same mini-batch stream, same optimiser. Batch size 4: 10 = 4 + 4 + 2 (a short last batch);
     10, 9, 11 give last batches of 2, 1, 3 (computed client by client); 8, 8, 7 give full batches in the common
     part, then 4, 4, 3. On CUDA this is the exact check of the batched path (float64 has no TF32 mode), where the
-    float32 engine-level comparisons can only bound TF32 rounding as Adam amplifies it."""
+    float32 engine-level comparisons can only bound TF32 rounding as Adam amplifies it. ``spare_head``: the model
+    also holds parameters the loss does not use (notebook 07's auxiliary heads under a plain method); their gradient
+    is zero, as in the loop, so they stay where they started."""
     from fda_core.common.seeding import generator
     from fda_core.experiments.batched_clients import stack_clients, train_sources_batched
     from fda_core.experiments.flat import FlatAdam, local_train
 
     torch.manual_seed(0)
     n_clients, epochs, bs, lr = 3, 2, 4, 0.05
-    fm = FlatModel(_ConvBN().double(), device)
+    fm = FlatModel(_ConvBN(spare_head).double(), device)
     theta = fm.flat.clone()
     start_bufs = {k: v + 0.1 * torch.rand_like(v) for k, v in fm.buffers().items()}  # not the fresh values
     fm.load_buffers(start_bufs)
@@ -218,6 +223,9 @@ def test_batched_trainer_is_the_per_client_loop_in_float64(optimizer, sizes, dev
             assert not torch.equal(bufs[k][i], start_bufs[k])
             torch.testing.assert_close(bufs[k][i], loop_bufs[i][k], rtol=0, atol=1e-12)
     assert not torch.allclose(out[0], out[1])  # different data, different clients
+    if spare_head:
+        spare = [(o, k) for name, o, k, _ in fm.layout if name.startswith("spare.")]
+        assert spare and all(torch.equal(out[:, o:o + k], theta[o:o + k].expand(n_clients, -1)) for o, k in spare)
 
 
 def test_batched_trainer_checks_the_buffers():

@@ -174,7 +174,9 @@ def train_sources_batched(fm: FlatModel, optimizer: FlatAdam, theta: Tensor, xs:
                 leaves = [p.detach().requires_grad_(True) for p in params]
                 batch_losses = losses(leaves, buffers, xs[rows, idx], ys[rows, idx])  # (N,)
                 # client i's loss depends on row i only; the gradients of the (N, *shape) leaves are laid out as ``out``
-                grads = torch.autograd.grad(batch_losses.sum(), leaves)
+                # parameters the loss does not use (auxiliary heads under a plain method) get a zero gradient, as
+                # the loop's flat gradient holds for them
+                grads = torch.autograd.grad(batch_losses.sum(), leaves, materialize_grads=True)
                 loss_sum += batch_losses.detach()
                 with torch.no_grad():
                     torch.cat([g.flatten(1) for g in grads], dim=1, out=grad)
@@ -186,7 +188,7 @@ def train_sources_batched(fm: FlatModel, optimizer: FlatAdam, theta: Tensor, xs:
                     own_buffers = {name: b[i] for name, b in buffers.items()}
                     z = functional_call(module, (dict(zip(param_names, leaves)), own_buffers), (xs[i, idx],))
                     loss = F.cross_entropy(z, ys[i, idx])
-                    grads = torch.autograd.grad(loss, leaves)
+                    grads = torch.autograd.grad(loss, leaves, materialize_grads=True)
                     loss_sum[i] += loss.detach()
                     with torch.no_grad():
                         torch.cat([g.flatten() for g in grads], out=grad[i])
