@@ -22,12 +22,13 @@ the least two passes can cost. This script measures, in one run on one device, f
   library's default, :func:`~fda_core.core.segmented_triton.project`, the library's kernel configuration): ``fedgp,
   kernel coefficients`` (the whole call; its result checked against the torch coefficients'), ``fedgp, kernel
   coefficients, early reduction`` (the same call with its first kernel launched before β and the weights are
-  checked, ``LAYERWISE_REDUCTION_LAUNCH = "early"``: whether overlapping that host work pays), ``fedgp, kernel coefficients, β as a host tensor`` (β
-  passed as a CPU tensor, which the call checks and packs with torch operators, as every call did before the sixth
-  session of 2026-11-26: what packing Python numbers in Python saves), ``fedgp, kernel coefficients, β and weights
-  on the device`` (both as (N,) device tensors, as the engine passed them until then: each of their checks reads the
-  device) and ``project only``, eagerly and replayed from
-  a CUDA graph, each with the read of its finiteness flag;
+  checked, ``LAYERWISE_REDUCTION_LAUNCH = "early"``: whether overlapping that host work pays), ``fedgp, kernel
+  coefficients, β as a host tensor`` (β passed as a CPU tensor, which the call checks on the host and packs with
+  torch operators, as every call did before the sixth session of 2026-11-26: what packing Python numbers in Python
+  saves; until that session's end a CPU tensor was first copied to the device and checked there), ``fedgp, kernel
+  coefficients, β and weights on the device`` (both as (N,) device tensors, as the engine passed them until then:
+  each is checked with one read of the device, 3 before) and ``project only``, eagerly and replayed from a CUDA
+  graph, each with the read of its finiteness flag;
 
 and the copy floor ``dst.copy_(S)``. Times are medians of ``--repeats`` calls, timed in turns (one call of each per
 round), each between two ``torch.cuda.synchronize()`` with ``time.perf_counter``, as in ``benchmarks/aggregation.py``.
@@ -179,7 +180,7 @@ def run(device: str = "cuda", sources: Sequence[int] = (4, 10), repeats: int = 3
 
 #: the whole call with the coefficients formed in the third kernel (``LAYERWISE_COEFFICIENTS = "kernel"``)
 KERNEL_COEFS = "fedgp, kernel coefficients"
-#: the same call with β as a CPU tensor: checked and packed by torch operators rather than in Python
+#: the same call with β as a CPU tensor: checked on the host and packed by torch operators rather than in Python
 HOST_TENSOR = "β as a host tensor"
 #: the same call with its first kernel launched before β and the weights are checked (LAYERWISE_REDUCTION_LAUNCH)
 EARLY = "early reduction"
@@ -192,9 +193,9 @@ def _kernel_coefficient_rows(S: torch.Tensor, t: torch.Tensor, lengths: list[int
     """The rows of the three-kernel path (library's kernel configuration), its result checked against ``reference``
     (the torch coefficients') first. The whole calls with the reduction launched late (the library's default) and
     early (``LAYERWISE_REDUCTION_LAUNCH``) enter the same patches, so their host work differs only in the order of
-    the reduction's launch. The ``β as a host tensor`` row passes β as a CPU tensor, which the library checks and
-    packs with torch operators (as every call did before 2026-11-26's sixth session) instead of in Python: what the
-    Python packing saves."""
+    the reduction's launch. The ``β as a host tensor`` row passes β as a CPU tensor, which the library checks on the
+    host and packs with torch operators (as every call did before 2026-11-26's sixth session) instead of in Python:
+    what the Python packing saves."""
     def whole_call(launch: str = "late", beta: Any = BETA, weights: Any = None) -> Callable[[], Any]:
         def run():
             with mock.patch.object(aggregation_module, "LAYERWISE_REDUCTION_LAUNCH", launch), \

@@ -559,3 +559,39 @@ def test_python_params_raise_as_the_checks_do(kwargs, message):
             _torch_params(kwargs["beta"], kwargs["weights"], kwargs["alignment"], blocks)
     with pytest.raises(ValueError, match=re.escape(message)):
         fedgp_cosine(torch.randn(3, 3, dtype=torch.float64), torch.randn(3, dtype=torch.float64), **kwargs)
+
+
+def test_per_source_arguments_cost_one_device_read_each():
+    """Each tensor argument (β, the weights) is checked with one read of its result — on a GPU one host
+    synchronisation — and Python numbers with none. Counted as aten._local_scalar_dense, which every read of a
+    tensor's value dispatches (on the device, a call with β and the weights as device tensors made 7 synchronisations,
+    2026-11-26, README § GPU: 3 for β, 3 for the weights, 1 for the result's finiteness)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Reads(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.count += func is torch.ops.aten._local_scalar_dense.default
+            return func(*args, **(kwargs or {}))
+
+    S, t = torch.randn(3, 50, dtype=torch.float64), torch.randn(50, dtype=torch.float64)
+    beta, weights = [0.2, 0.5, 0.9], [1.0, 2.0, 3.0]
+    counts, results = {}, {}
+    for given, args in (("python", (beta, weights)),
+                        ("tensors", (torch.tensor(beta, dtype=torch.float64), torch.tensor(weights, dtype=torch.float64)))):
+        with Reads() as reads:
+            results[given] = fedgp(S, t, *args)
+        counts[given] = reads.count
+    assert torch.equal(results["python"], results["tensors"])
+    assert counts["tensors"] - counts["python"] == 2, counts
+    # a failing check still names what failed, in the order finite, bounds, positive sum
+    for bad, message in ((torch.tensor([0.1, math.nan, 0.2]), "weights must be finite"),
+                         (torch.tensor([0.1, -1.0, 0.2]), "weights must be non-negative"),
+                         (torch.zeros(3), "weights must have a positive sum")):
+        with pytest.raises(ValueError, match=message):
+            fedgp(S, t, 0.5, bad.double())
+    with pytest.raises(ValueError, match=re.escape("beta must lie in [0, 1]")):
+        fedgp(S, t, torch.tensor([0.1, 1.5, 0.2], dtype=torch.float64))

@@ -457,6 +457,29 @@ def test_segments_call_on_cuda_synchronises_the_host_once(rule, coefficients, mo
     assert syncs == 1, syncs
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("coefficients", ["torch", "kernel"])
+@pytest.mark.parametrize("given, expected", [("host tensors", 1), ("device tensors", 3)])
+def test_tensor_arguments_on_cuda_cost_one_synchronisation_each_on_the_device(given, expected, coefficients,
+                                                                             monkeypatch):
+    """β and the weights as CPU tensors are checked on the host and copied asynchronously: the call synchronises once
+    (its finiteness check); as device tensors each is checked with one read (3 synchronisations in all, 7 before
+    2026-11-26's sixth session)."""
+    from fda_core.common.devices import host_synchronisations
+
+    monkeypatch.setattr(agg, "LAYERWISE_COEFFICIENTS", coefficients)
+    lengths = [300, 7, 2048 * 2 + 5]
+    S, t = torch.randn(3, sum(lengths), device="cuda"), torch.randn(sum(lengths), device="cuda")
+    where = "cpu" if given == "host tensors" else "cuda"
+    beta, weights = torch.tensor([0.2, 0.7, 0.5], device=where), torch.tensor([1.0, 2.0, 3.0], device=where)
+    out = torch.empty_like(t)
+    call = lambda: agg.fedgp(S, t, beta, weights, out=out, segments=lengths)  # noqa: E731
+    call()
+    torch.testing.assert_close(out, SEGMENT_RULES["fedgp"](S, t, segments=lengths))
+    syncs = host_synchronisations(call, "cuda")
+    assert syncs == expected, syncs
+
+
 def test_host_synchronisations_are_not_counted_off_cuda():
     """fda_core.common.devices.host_synchronisations: None on the CPU, where torch has no sync debug mode, and the
     function is not called (on CUDA, test_segments_call_on_cuda_synchronises_the_host_once counts one)."""

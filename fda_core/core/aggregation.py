@@ -367,11 +367,10 @@ def _normalise_segments(source_grads: SourceGrads, target_grad: TargetGrad | Non
 
 
 def _per_source(value: BetaLike | None, blocks: _Blocks, name: str, *, default: float | None = None) -> Tensor:
-    """β or weights as a tensor broadcastable to (*batch, N) on the target's device and dtype.
-
-    Python numbers and sequences are checked on the host (in the target's dtype, so the checks see the values the
-    rule uses) before one copy to the device: no device synchronisation on a GPU. Tensors are checked where they are.
-    """
+    """β or weights as a tensor broadcastable to (*batch, N) in the target's dtype, its shape checked (its values are
+    checked by :func:`_checked_per_source`): Python numbers and host tensors on the host, where checking them reads no
+    device (the caller then copies them asynchronously, :func:`_to_target_device`); other tensors on the target's
+    device."""
     ref = blocks.target[0]
     n = blocks.n_sources
     if value is None:
@@ -380,7 +379,7 @@ def _per_source(value: BetaLike | None, blocks: _Blocks, name: str, *, default: 
         return torch.full((n,), default, dtype=ref.dtype)  # on the host, like a Python value
     if isinstance(value, bool):
         raise ValueError(f"{name} must be a number or one number per source, got a bool")
-    host = not isinstance(value, Tensor)
+    host = not isinstance(value, Tensor) or value.device.type == "cpu"
     where = torch.device("cpu") if host else ref.device
     if isinstance(value, (int, float)):
         t = torch.tensor(float(value), dtype=ref.dtype, device=where)
@@ -399,8 +398,6 @@ def _per_source(value: BetaLike | None, blocks: _Blocks, name: str, *, default: 
         raise ValueError(
             f"{name} of shape {tuple(t.shape)} does not broadcast to (*batch, N) = {tuple(blocks.batch_shape + (n,))}"
         ) from None
-    if not bool(torch.isfinite(t).all()):
-        raise ValueError(f"{name} must be finite, got {value!r}")
     return t
 
 
@@ -454,16 +451,30 @@ def _checked_python(value: Any, blocks: _Blocks, name: str, bounds: str, *, uppe
 
 
 def _checked_per_source(value: BetaLike | None, blocks: _Blocks, name: str, bounds: str, *, upper: float | None = None,
-                        default: float | None = None) -> tuple[Tensor, list[float] | None]:
-    """``value`` per source (:func:`_per_source`) checked finite, ≥ 0 and, with ``upper``, ≤ ``upper`` (a ValueError
-    "{name} must {bounds}" otherwise): the tensor and its Python values, or None for the values when it came as a
-    tensor. Python numbers are checked in Python (:func:`_checked_python`), tensors where they are."""
+                        default: float | None = None, positive_sum: bool = False) -> tuple[Tensor, list[float] | None]:
+    """``value`` per source (:func:`_per_source`) checked finite, ≥ 0, with ``upper`` ≤ ``upper`` and with
+    ``positive_sum`` of positive sum (a ValueError "{name} must be finite", "{name} must {bounds}" or "{name} must
+    have a positive sum" otherwise): the tensor and its Python values, or None for the values when it came as a
+    tensor. Python numbers are checked in Python (:func:`_checked_python`); a tensor where it is, with one read of
+    the result (on a GPU one host synchronisation per argument, whatever is checked), and more only to name what
+    failed."""
     values = _checked_python(value, blocks, name, bounds, upper=upper, default=default)
     if values is not None:
+        if positive_sum and not any(v > 0 for v in values):  # non-negative values: their sum is > 0 iff one of them is
+            raise ValueError(f"{name} must have a positive sum, got {value!r}")
         return torch.tensor(values, dtype=blocks.target[0].dtype), values
     t = _per_source(value, blocks, name, default=default)
-    if bool((t < 0).any()) or (upper is not None and bool((t > upper).any())):
-        raise ValueError(f"{name} must {bounds}, got {value!r}")
+    finite = torch.isfinite(t)
+    inside = t >= 0 if upper is None else (t >= 0) & (t <= upper)
+    ok = (finite & inside).all()
+    if positive_sum:
+        ok = ok & (t.sum(-1) > 0).all()
+    if not bool(ok):
+        if not bool(finite.all()):
+            raise ValueError(f"{name} must be finite, got {value!r}")
+        if not bool(inside.all()):
+            raise ValueError(f"{name} must {bounds}, got {value!r}")
+        raise ValueError(f"{name} must have a positive sum, got {value!r}")
     return t, None
 
 
@@ -474,15 +485,9 @@ def _check_beta(beta: BetaLike, blocks: _Blocks) -> Tensor:
 
 def _check_weights(weights: BetaLike | None, blocks: _Blocks, move: bool = True) -> Tensor:
     """The weights checked and normalised to sum 1, on the target's device (where they were checked unless ``move``)."""
-    w, values = _checked_per_source(weights, blocks, "weights", "be non-negative", default=1.0)
-    total = w.sum(-1, keepdim=True)
-    if values is not None:
-        no_mass = not any(v > 0 for v in values)  # non-negative values: their sum is > 0 iff one of them is
-    else:
-        no_mass = bool((total <= 0).any())
-    if no_mass:
-        raise ValueError(f"weights must have a positive sum, got {weights!r}")
-    return _to_target_device(w / total, blocks) if move else w / total
+    w, _ = _checked_per_source(weights, blocks, "weights", "be non-negative", default=1.0, positive_sum=True)
+    w = w / w.sum(-1, keepdim=True)
+    return _to_target_device(w, blocks) if move else w
 
 
 def _check_alignment(alignment: BetaLike | None, blocks: _Blocks) -> Tensor:
@@ -752,7 +757,7 @@ def _python_params(beta: Any, weights: Any, alignment: Any, blocks: _Blocks) -> 
     wv = _checked_python(weights, blocks, "weights", "be non-negative", default=1.0) if bv is not None else None
     if wv is None:
         return None
-    if not any(v > 0 for v in wv):
+    if not any(v > 0 for v in wv):  # as _checked_per_source's positive_sum
         raise ValueError(f"weights must have a positive sum, got {weights!r}")
     scale = _checked_python(alignment, blocks, "alignment", "be non-negative", default=1.0)
     ref = blocks.target[0]
