@@ -12,11 +12,14 @@
 # One call can carry the notebook stack, POT and full MNIST: bash benchmarks/gpu_wheels.sh --slim --no-survset (39 MB),
 # bash benchmarks/gpu_data.sh mnist, carry [".whl", ".gpudata/MNIST"] (2026-11-26: 60 MiB with the tree). A lease is
 # 900 s of device time, the start (~100 s) included, and a warm machine goes back after 30 s idle: plan one long call.
-# Next lease, first call (carry [".whl", ".gpustore"]: .gpudata/MNIST is only for inb-full and nb04full, and beside a
-# notebook's store it can pass the 64 MiB limit; timeout_s 600, DEADLINE_S=565):
-#   gputest-cuda kernels agg agg-tcoef hostwork nb08p   (kernels: `fedgp, kernel coefficients` against its `late
-#   reduction` row measures the reduction launched before the checks, untimed on a GPU so far), then the paper-scale
-#   notebooks, one per call with NB_LIMIT (nb08p: 14 of its 28 runs in 484 s on an H200), carrying .gpustore.
+# Next lease, first call (carry [".whl"] from `gpu_wheels.sh --slim`, 38 MB with POT and SurvSet; .gpudata/MNIST only
+# for inb-full and nb04full; timeout_s 600, DEADLINE_S=565, NB_LIMIT=330):
+#   gputest-cuda kernels agg hostwork nb07p nb05p   (gputest-cuda: the new sync counts of tensor arguments, 1 for host
+#   tensors and 3 for device tensors, are unverified on a GPU; kernels: the late launch, now the default, against its
+#   `early reduction` row; nb07p: notebook 07 at paper scale, which stopped at its first run before the batched-client fix;
+#   nb05p: 327 of 649 runs took 570 s on an H200 on 2026-11-26, but those runs were made by c6b38ba and the code in
+#   the notebook's import closure changed since, so they are recomputed), then the paper-scale notebooks one per
+#   call with NB_LIMIT, carrying .gpustore.
 # The notebook steps keep their finished runs in .gpustore (STORE), which comes back as store.tgz inside the session's
 # archive: `bash benchmarks/gpu_unpack.sh FILES_AT` unpacks both here (logs to results/gpu-runs/, the store into
 # .gpustore), and carrying .gpustore lets the next call, or the next lease, resume where this one stopped (runs are
