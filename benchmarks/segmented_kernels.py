@@ -292,7 +292,8 @@ def format_report(records: list[dict], env: dict) -> str:
             for row in (KERNEL_COEFS, f"{KERNEL_COEFS}, {ON_DEVICE}"):
                 lines.append(f"  N={n}: host synchronisations per {row} call: {rows[row]['host_syncs']}")
         for row in ("arithmetic only, eager", "arithmetic only, CUDA graph replay", KERNEL_COEFS,
-                    f"{KERNEL_COEFS}, {EARLY}", f"{KERNEL_COEFS}, {HOST_TENSOR}", f"{KERNEL_COEFS}, {ON_DEVICE}", "project only, eager",
+                    f"{KERNEL_COEFS}, {EARLY}", f"{KERNEL_COEFS}, {HOST_TENSOR}", f"{KERNEL_COEFS}, {ON_DEVICE}",
+                    "project only, eager",
                     "project only, CUDA graph replay"):
             if row in rows:
                 lines.append(f"  N={n}: {row} (library's configuration, with the check): {rows[row]['median_ms']:.3f} ms "

@@ -581,7 +581,7 @@ def test_per_source_arguments_cost_one_device_read_each():
     beta, weights = [0.2, 0.5, 0.9], [1.0, 2.0, 3.0]
     counts, results = {}, {}
     for given, args in (("python", (beta, weights)),
-                        ("tensors", (torch.tensor(beta, dtype=torch.float64), torch.tensor(weights, dtype=torch.float64)))):
+                        ("tensors", tuple(torch.tensor(v, dtype=torch.float64) for v in (beta, weights)))):
         with Reads() as reads:
             results[given] = fedgp(S, t, *args)
         counts[given] = reads.count

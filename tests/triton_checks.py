@@ -190,9 +190,10 @@ def rules():
 
 
 def benchmark_rows():
-    """benchmarks/segmented_kernels.py's rows of the three-kernel path (whole call, with its reduction launched early
-    and late, and the kernels alone) run through the kernels here as on the device (CUDA graph capture replaced by
-    plain calls), each giving the library's result: a broken row would otherwise fail first in lease time."""
+    """benchmarks/segmented_kernels.py's rows of the three-kernel path (whole call, with its reduction launched late
+    and early, with β as a host tensor, with β and the weights as tensors, and the kernels alone) run through the
+    kernels here as on the device (CUDA graph capture replaced by plain calls), each giving the library's result: a
+    broken row would otherwise fail first in lease time."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
     import segmented_kernels as bench
 
@@ -206,7 +207,8 @@ def benchmark_rows():
         rows = bench._kernel_coefficient_rows(S, t, lengths, out, reference)
         assert sorted(rows) == sorted([bench.KERNEL_COEFS, f"{bench.KERNEL_COEFS}, {bench.EARLY}",
                                        f"{bench.KERNEL_COEFS}, {bench.HOST_TENSOR}",
-                                       f"{bench.KERNEL_COEFS}, {bench.ON_DEVICE}", "project only, eager", "project only, CUDA graph replay"]), sorted(rows)
+                                       f"{bench.KERNEL_COEFS}, {bench.ON_DEVICE}", "project only, eager",
+                                       "project only, CUDA graph replay"]), sorted(rows)
         for row, fn in rows.items():
             out.fill_(float("nan"))
             fn()

@@ -715,8 +715,8 @@ def _aggregate_flat(blocks: _Blocks, target_coef: Tensor | None, coefs: Tensor |
     """Dict or segments input on the segmented backend: one combination over the flat buffers. The result is one
     flat (m,) tensor (segments), or per-key views of it (dicts; written into ``out``: directly when its tensors lie
     back to back, else copied). With ``projection`` = (params, "exact" | "cosine", filter_negative, the reduction
-    :func:`_fused` launched early, or None) the coefficients are formed in the Triton kernels instead (``LAYERWISE_COEFFICIENTS =
-    "kernel"``; ``target_coef``, ``coefs`` and ``checks`` are then None)."""
+    :func:`_fused` launched early, or None) the coefficients are formed in the Triton kernels instead
+    (``LAYERWISE_COEFFICIENTS = "kernel"``; ``target_coef``, ``coefs`` and ``checks`` are then None)."""
     flat = blocks.flat
     buffers = _out_buffers(out, blocks)
     target = flat.target
@@ -775,10 +775,10 @@ def _python_params(beta: Any, weights: Any, alignment: Any, blocks: _Blocks) -> 
 def _project_fused(blocks: _Blocks, beta: BetaLike, weights: BetaLike | None, alignment: BetaLike | None, mode: str,
                    filter_negative: bool, out: Tensor | GradDict | None, path: _KernelPath):
     """Layer-wise FedGP with its coefficients formed in the Triton kernels (``LAYERWISE_COEFFICIENTS = "kernel"``;
-    ``path`` from :func:`_fused`, with the reduction if it was launched early). β, the weights and the cosine form's alignment (None for the
-    exact form: 1) are checked and packed with a = 1 − Σ_i w_i β_i (docs/theory.md § Rules) into one (2N + 1,)
-    vector, copied to the device once: in Python where they are Python numbers (:func:`_python_params`), else as
-    tensors where they were given."""
+    ``path`` from :func:`_fused`, with the reduction if it was launched early). β, the weights and the cosine form's
+    alignment (None for the exact form: 1) are checked and packed with a = 1 − Σ_i w_i β_i (docs/theory.md § Rules)
+    into one (2N + 1,) vector, copied to the device once: in Python where they are Python numbers
+    (:func:`_python_params`), else as tensors where they were given."""
     params = _python_params(beta, weights, alignment, blocks)
     if params is None:
         n = blocks.n_sources
