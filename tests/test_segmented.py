@@ -416,7 +416,8 @@ def test_gpu_coefficient_kernel_equals_torch_bit_for_bit():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("rule", sorted(SEGMENT_RULES))
 def test_gpu_coefficient_placements_equal_the_cpu_loop(rule, dtype, coefficients, monkeypatch):
-    """Both LAYERWISE_COEFFICIENTS settings on CUDA, segments and dict forms, against the CPU per-segment loop."""
+    """Both LAYERWISE_COEFFICIENTS settings on CUDA, segments and dict forms, against the CPU per-segment loop; the
+    flat form against the CPU's flat computation."""
     monkeypatch.setattr(agg, "LAYERWISE_COEFFICIENTS", coefficients)
     lengths = [9408, 64, 1, 36864, 2048 * 3, 513]
     gen = torch.Generator().manual_seed(7)
@@ -433,6 +434,8 @@ def test_gpu_coefficient_placements_equal_the_cpu_loop(rule, dtype, coefficients
     keys = [f"p{k}" for k in range(len(lengths))]
     got = SEGMENT_RULES[rule]([dict(zip(keys, r.split(lengths))) for r in Sg], dict(zip(keys, tg.split(lengths))))
     torch.testing.assert_close(torch.cat([got[k] for k in keys]).double().cpu(), ref, **tol)
+    # the flat form (no segments): on CUDA the kernels with one segment, against the CPU's flat computation
+    torch.testing.assert_close(SEGMENT_RULES[rule](Sg, tg).double().cpu(), SEGMENT_RULES[rule](S, t), **tol)
     bad = Sg.clone()
     bad[0, 3] = float("inf")
     with pytest.raises(ValueError, match=r"source_grads\[0\]"):

@@ -4,8 +4,9 @@ subprocess (Triton reads TRITON_INTERPRET when it is imported):
 * ``interpreted`` (TRITON_INTERPRET=1, Triton's CPU interpreter runs the kernels as Python on CPU tensors): every
   form of the reduction and combination, the three-kernel projection (exact and cosine, with and without the
   filter, float32 and float64) against the pure-torch functions of fda_core.core.segmented, and the public rules
-  with ``LAYERWISE_COEFFICIENTS = "kernel"`` against the per-segment loop, including bad input, the projection with
-  its first pass launched ahead (``start_projection``), and benchmarks/segmented_kernels.py's rows of that path;
+  with ``LAYERWISE_COEFFICIENTS = "kernel"`` against the per-segment loop, including bad input, the flat form as one
+  segment against the CPU's flat computation, the projection with its first pass launched ahead
+  (``start_projection``), and benchmarks/segmented_kernels.py's rows of that path;
 * ``compiled``: every kernel variant compiled for a Hopper GPU (sm_90) by Triton's compiler and ptxas on the CPU,
   which catches what the interpreter cannot (types across branches, operations a dtype lacks), and every kernel's
   launch binder built for it (argument names that Triton's binder shadows).
@@ -189,6 +190,37 @@ def rules():
                 expect_error(lambda: fn(torch.ones_like(S), huge, segments=lengths, **kw), "too large")
 
 
+def flat_rules():
+    """The flat form (one (N, m) tensor or N tensors of one shape, no segments) on the CUDA code path: the layer-wise
+    kernels with a single segment of length m, against the CPU's flat computation (a matrix-vector product): plain,
+    into ``out``, the sequence form's shape, a tensor β, and a NaN named by its source."""
+    torch.manual_seed(0)
+    for dtype in (torch.float64, torch.float32):
+        S, t = torch.randn(3, 5000, dtype=dtype), torch.randn(5000, dtype=dtype)
+        S[2] = -t  # a negative projection: filtered out (kept without the filter)
+        tol = {} if dtype == torch.float64 else dict(rtol=1e-5, atol=1e-5)
+        calls = [("fedgp", dict(beta=0.4)), ("fedgp_nofilter", dict(beta=[0.2, 0.5, 0.9], weights=[1, 2, 3])),
+                 ("fedgp_cosine", dict(beta=0.7, alignment=[0.5, 1.0, 2.0])),
+                 ("fedgp", dict(beta=torch.tensor([0.1, 0.3, 1.0], dtype=dtype)))]
+        for rule, kw in calls:
+            fn = getattr(agg, rule)
+            as_sequence = lambda: (list(S.view(3, 50, 100)), t.view(50, 100))  # noqa: E731
+            ref, seq_ref = fn(S, t, **kw), fn(*as_sequence(), **kw)
+            with mock.patch.object(seg, "_triton", lambda s: T), mock.patch.object(agg, "LAYERWISE_BACKEND", "segmented"), \
+                    mock.patch.object(T, "project", wraps=T.project) as project:
+                torch.testing.assert_close(fn(S, t, **kw), ref, **tol)
+                out = torch.full_like(t, float("nan"))
+                assert fn(S, t, out=out, **kw) is out
+                torch.testing.assert_close(out, ref, **tol)
+                seq = fn(*as_sequence(), **kw)
+                assert seq.shape == (50, 100), seq.shape
+                torch.testing.assert_close(seq, seq_ref, **tol)
+                assert project.call_count == 3, project.call_count
+                nan = S.clone()
+                nan[1, 7] = float("nan")
+                expect_error(lambda: fn(nan, t, **kw), "source_grads[1]")
+
+
 def benchmark_rows():
     """benchmarks/segmented_kernels.py's rows of the three-kernel path (whole call, with its reduction launched late
     and early, with β as a host tensor, with β and the weights as tensors, and the kernels alone) run through the
@@ -261,6 +293,6 @@ def compiled():
 if __name__ == "__main__":
     for name in sys.argv[1:]:
         {"interpreted": lambda: (reductions_and_combination(), projection(), coefficients_bitwise(), rules(),
-                                 benchmark_rows()),
+                                 flat_rules(), benchmark_rows()),
          "compiled": compiled}[name]()
     print("ok")

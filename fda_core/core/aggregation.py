@@ -127,19 +127,33 @@ class _KernelPath(NamedTuple):
 
 
 def _fused(blocks: _Blocks) -> _KernelPath | None:
-    """Whether this call forms its coefficients in the Triton kernels (``LAYERWISE_COEFFICIENTS`` and whether they can
-    run here; None: the torch path), with the reduction launched now where ``LAYERWISE_REDUCTION_LAUNCH = "early"``."""
+    """Whether this FedGP call forms its coefficients in the Triton kernels (``LAYERWISE_COEFFICIENTS`` and whether
+    they can run here; None: the torch path), with the reduction launched now where ``LAYERWISE_REDUCTION_LAUNCH =
+    "early"``. Flat input, one (N, m) buffer and its (m,) target, takes that path too, as the layer-wise rule with a
+    single segment of length m, which is the flat rule (docs/theory.md § Layer-wise application): ``blocks.flat`` is
+    then set, on the segmented backend only (CUDA by default), so that the CPU keeps its own flat path."""
     if LAYERWISE_COEFFICIENTS not in ("torch", "kernel"):
         raise ValueError(f"LAYERWISE_COEFFICIENTS must be 'torch' or 'kernel', got {LAYERWISE_COEFFICIENTS!r}")
     if LAYERWISE_REDUCTION_LAUNCH not in ("late", "early"):
         raise ValueError(f"LAYERWISE_REDUCTION_LAUNCH must be 'late' or 'early', got {LAYERWISE_REDUCTION_LAUNCH!r}")
-    flat = blocks.flat
-    if LAYERWISE_COEFFICIENTS != "kernel" or flat is None:
+    if LAYERWISE_COEFFICIENTS != "kernel":
         return None
+    flat = blocks.flat
+    if flat is None:
+        if blocks.kind not in ("tensor", "sequence") or blocks.sources[0].ndim != 2:  # type: ignore[index]
+            return None
+        src, tgt = blocks.sources[0], blocks.target[0]  # type: ignore[index]
+        if src.shape[-1] == 0 or not _segmented(tgt.device):
+            return None
+        flat = _FlatLayout(src, tgt, (src.shape[-1],))
     if LAYERWISE_REDUCTION_LAUNCH == "late":
-        return _KernelPath(None) if projection_kernels(flat.sources, flat.target) else None
-    reduction = layerwise_start(flat.sources, flat.target, flat.lengths)  # None where the kernels cannot run
-    return None if reduction is None else _KernelPath(reduction)
+        path = _KernelPath(None) if projection_kernels(flat.sources, flat.target) else None
+    else:
+        reduction = layerwise_start(flat.sources, flat.target, flat.lengths)  # None where the kernels cannot run
+        path = None if reduction is None else _KernelPath(reduction)
+    if path is not None:
+        blocks.flat = flat
+    return path
 
 
 def _laid_out(tensors: list[list[Tensor]]) -> Tensor | None:
@@ -720,7 +734,7 @@ def _aggregate_flat(blocks: _Blocks, target_coef: Tensor | None, coefs: Tensor |
     flat = blocks.flat
     buffers = _out_buffers(out, blocks)
     target = flat.target
-    if blocks.kind == "segments" and buffers is not None:  # out itself (checked contiguous, of shape (m,))
+    if blocks.kind != "dict" and buffers is not None:  # one flat view of out itself (checked contiguous)
         laid_out = buffers
     else:
         laid_out = _laid_out([buffers]) if buffers is not None else None
@@ -733,9 +747,11 @@ def _aggregate_flat(blocks: _Blocks, target_coef: Tensor | None, coefs: Tensor |
         flag, kernel_checks = layerwise_project(flat.sources, target, flat.lengths, params, result, projection=mode,
                                                 filter_negative=filter_negative, reduction=reduction)
         check = lambda: _check_flag(blocks, flag, [result], kernel_checks)  # noqa: E731
-    if blocks.kind == "segments":
+    if blocks.kind in ("segments", "tensor", "sequence"):  # one flat result: (m,), or the sources' shape (sequence)
         check()
-        return result if out is None else out
+        if out is not None:
+            return out
+        return result.view(blocks.target_shape) if blocks.kind == "sequence" else result
     views = list(torch.split(result, list(flat.lengths)))
     if buffers is not None and laid_out is None:  # out's tensors lie apart: copy the result into them
         torch._foreach_copy_(buffers, views)
