@@ -450,10 +450,11 @@ _BETA_BOUNDS = "lie in [0, 1] (β weights the source part)"
 
 
 def _checked_python(value: Any, blocks: _Blocks, name: str, bounds: str, *, upper: float | None = None,
-                    default: float | None = None) -> list[float] | None:
+                    default: float | None = None, positive_sum: bool = False) -> list[float] | None:
     """``value`` (``default`` where None) as one checked Python float per source (:func:`_python_values`): finite,
-    ≥ 0 and, with ``upper``, ≤ ``upper`` (a ValueError "{name} must be finite" or "{name} must {bounds}" otherwise);
-    None, checking nothing, when it is not Python numbers (a tensor, or a dtype other than float32/64)."""
+    ≥ 0, with ``upper`` ≤ ``upper`` and with ``positive_sum`` of positive sum (a ValueError "{name} must be finite",
+    "{name} must {bounds}" or "{name} must have a positive sum" otherwise); None, checking nothing, when it is not
+    Python numbers (a tensor, or a dtype other than float32/64)."""
     values = _python_values(default if value is None else value, blocks)
     if values is None:
         return None
@@ -461,6 +462,8 @@ def _checked_python(value: Any, blocks: _Blocks, name: str, bounds: str, *, uppe
         raise ValueError(f"{name} must be finite, got {value!r}")
     if not all(0.0 <= v and (upper is None or v <= upper) for v in values):
         raise ValueError(f"{name} must {bounds}, got {value!r}")
+    if positive_sum and not any(v > 0 for v in values):  # non-negative values: their sum is > 0 iff one of them is
+        raise ValueError(f"{name} must have a positive sum, got {value!r}")
     return values
 
 
@@ -472,10 +475,8 @@ def _checked_per_source(value: BetaLike | None, blocks: _Blocks, name: str, boun
     tensor. Python numbers are checked in Python (:func:`_checked_python`); a tensor where it is, with one read of
     the result (on a GPU one host synchronisation per argument, whatever is checked), and more only to name what
     failed."""
-    values = _checked_python(value, blocks, name, bounds, upper=upper, default=default)
+    values = _checked_python(value, blocks, name, bounds, upper=upper, default=default, positive_sum=positive_sum)
     if values is not None:
-        if positive_sum and not any(v > 0 for v in values):  # non-negative values: their sum is > 0 iff one of them is
-            raise ValueError(f"{name} must have a positive sum, got {value!r}")
         return torch.tensor(values, dtype=blocks.target[0].dtype), values
     t = _per_source(value, blocks, name, default=default)
     finite = torch.isfinite(t)
@@ -770,11 +771,10 @@ def _python_params(beta: Any, weights: Any, alignment: Any, blocks: _Blocks) -> 
     machine). The torch construction rounds at every step, so the two agree to rounding. None where one of them is
     a tensor (or the weights' sum leaves the dtype's range): the caller then checks and forms them with tensors."""
     bv = _checked_python(beta, blocks, "beta", _BETA_BOUNDS, upper=1.0)
-    wv = _checked_python(weights, blocks, "weights", "be non-negative", default=1.0) if bv is not None else None
+    wv = None if bv is None else _checked_python(weights, blocks, "weights", "be non-negative", default=1.0,
+                                                 positive_sum=True)
     if wv is None:
         return None
-    if not any(v > 0 for v in wv):  # as _checked_per_source's positive_sum
-        raise ValueError(f"weights must have a positive sum, got {weights!r}")
     scale = _checked_python(alignment, blocks, "alignment", "be non-negative", default=1.0)
     ref = blocks.target[0]
     try:

@@ -134,7 +134,7 @@ class FADA(Method):
 
     def aggregate(self, rnd: RoundInfo, res: RoundResults, theta: Tensor) -> ServerResult:
         if rnd.warmup:
-            self.source_weights = res.weights.tolist()
+            self.source_weights = list(res.weight_values())  # the engine's, read once per run
             return super().aggregate(rnd, res, theta)
         w = self.attention(rnd, res, theta)
         self.source_weights = w.tolist()
@@ -261,7 +261,7 @@ class KD3A(Method):
 
     def aggregate(self, rnd: RoundInfo, res: RoundResults, theta: Tensor) -> ServerResult:
         if rnd.warmup:
-            self.source_weights = res.weights.tolist()
+            self.source_weights = list(res.weight_values())  # the engine's, read once per run
             return super().aggregate(rnd, res, theta)
         run = self.run
         x = _unlabelled_subset(run, rnd.round, self.distill_samples)
