@@ -67,7 +67,7 @@ for s in "$@"; do
     # 2026-11-26; the default now forms them in a third Triton kernel, LAYERWISE_COEFFICIENTS = "kernel")
     agg-tcoef) step agg-tcoef 120 python3 benchmarks/aggregation.py --device cuda --coefficients torch --json "$OUT/agg-tcoef.json" ;;
     # the tests parametrised over devices, their CUDA cases only (the segmented kernels and the batched clients)
-    gputest-cuda) step gputest-cuda 120 python3 -m pytest -q -p no:cacheprovider -k "cuda or gpu" tests/test_segmented.py tests/test_batched_clients.py ;;
+    gputest-cuda) step gputest-cuda 120 python3 -m pytest -q -p no:cacheprovider -k "cuda or gpu" tests/test_segmented.py tests/test_batched_clients.py tests/test_prepared.py ;;
     gputest) step gputest 240 python3 -m pytest -q -p no:cacheprovider tests/test_segmented.py tests/test_aggregation.py tests/test_federated.py tests/test_batched_clients.py ;;
     variants) step variants 120 python3 benchmarks/aggregation_variants.py --device cuda --chunks 1024 ;;
     pd) step pd 150 python3 benchmarks/phase_diagram.py --device cuda --json "$OUT/pd.json" ;;

@@ -498,11 +498,7 @@ def _torch_params(beta, weights, alignment, blocks):
     """The same (2N + 1,) vector by the torch construction (the tensor path of _project_fused)."""
     import fda_core.core.aggregation as agg
 
-    b = agg._checked_per_source(beta, blocks, "beta", agg._BETA_BOUNDS, upper=1.0)[0]
-    w = agg._check_weights(weights, blocks)
-    scale = agg._check_alignment(alignment, blocks)
-    wb = w * b.expand(blocks.n_sources)
-    return torch.cat([wb, scale.expand(blocks.n_sources), (1.0 - wb.sum(-1)).reshape(1)])
+    return agg._tensor_params(blocks, beta, weights, alignment)
 
 
 @settings(max_examples=150, deadline=None)

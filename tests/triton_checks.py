@@ -221,6 +221,71 @@ def flat_rules():
                 expect_error(lambda: fn(nan, t, **kw), "source_grads[1]")
 
 
+def prepared():
+    """fda_core.core.prepared on the three-kernel path (the library's CUDA code path on CPU tensors): round after round,
+    the buffers rewritten in place and β / the weights changing, each call equal bit for bit to the rule's own call
+    (same kernels, same parameters), segments and flat, ``out`` apart and ``out`` = the target; then the CUDA-graph
+    path with the capture emulated (a replay runs the captured step and refills the captured flag and checks, as a
+    graph's replay refills its static outputs; nothing runs at capture), which checks that a replay reads the
+    parameters of its own call; a NaN named by its source before and after the capture."""
+    import fda_core.core.prepared as P
+
+    lengths = [300, 7, 2048 * 2 + 5, 1, 64]
+    calls = [dict(beta=0.4), dict(beta=[0.2, 0.5, 0.9], weights=[1, 2, 3]), dict(beta=torch.tensor([0.1, 0.3, 1.0])),
+             dict(beta=1.0, weights=torch.tensor([3.0, 0.0, 1.0]))]
+
+    def emulated_capture(step):
+        captured = []
+
+        def replay():
+            flag, checks = step()
+            if not captured:  # the graph's static outputs: the same tensors at every replay
+                captured.extend([flag.clone(), checks.clone()])
+            captured[0].copy_(flag)
+            captured[1].copy_(checks)
+
+        class Outputs(tuple):  # read only after a replay, as a graph's outputs are
+            def __iter__(self):
+                return iter(captured)
+
+        return replay, Outputs()
+
+    gen = torch.Generator().manual_seed(2)
+    every = [(lengths, False, False), (None, False, False), (lengths, False, True), (lengths, True, True),
+             (None, False, True)]  # (segments, out = the target, graph)
+    cases = [(torch.float64, "fedgp", every), (torch.float64, "fedgp_nofilter", every[1:2] + every[3:4]),
+             (torch.float64, "fedgp_cosine", every[:1] + every[3:]), (torch.float32, "fedgp", every[2:4])]
+    for dtype, rule, configs in cases:  # a subset of the combinations: each costs seconds in the interpreter
+        fn = getattr(agg, rule)
+        for segments, into_target, graph in configs:
+            S, t = torch.empty(3, sum(lengths), dtype=dtype), torch.empty(sum(lengths), dtype=dtype)
+            out = t if into_target else torch.empty_like(t)
+            with mock.patch.object(seg, "_triton", lambda s: T), \
+                    mock.patch.object(agg, "LAYERWISE_BACKEND", "segmented"), \
+                    mock.patch.object(P, "_graphs_on", lambda device: graph), \
+                    mock.patch.object(P, "_capture", emulated_capture), \
+                    mock.patch.object(T, "project", wraps=T.project) as project:
+                step = P.prepare(rule, S, t, out=out, segments=segments)
+                assert step.path == ("graph" if graph else "kernels"), step.path
+                for k, kwargs in enumerate(calls):
+                    S.copy_(torch.randn(S.shape, generator=gen, dtype=dtype))
+                    t.copy_(torch.randn(t.shape, generator=gen, dtype=dtype))
+                    S[1, :300] = 0
+                    S[2, 300:307] = -t[300:307]
+                    expected = fn(S, t, out=torch.empty_like(t), segments=segments, **kwargs)
+                    assert step(**kwargs) is out
+                    assert torch.equal(out, expected), (rule, segments, into_target, graph, k)
+                    assert step.captured == graph
+                assert project.call_count == 2 * len(calls), project.call_count
+                for _ in range(2):  # with the graph: before and after its capture (at the first good call)
+                    S[0, 9] = float("nan")
+                    expect_error(lambda: step(0.5), "source_grads[0]")  # named, also where out is the target
+                    S[0, 9] = 1.0
+                    t.copy_(torch.randn(t.shape, generator=gen, dtype=dtype))
+                    expected = fn(S, t, 0.5, out=torch.empty_like(t), segments=segments)
+                    assert torch.equal(step(0.5), expected)
+
+
 def benchmark_rows():
     """benchmarks/segmented_kernels.py's rows of the three-kernel path (whole call, with its reduction launched late
     and early, with β as a host tensor, with β and the weights as tensors, and the kernels alone) run through the
@@ -293,6 +358,6 @@ def compiled():
 if __name__ == "__main__":
     for name in sys.argv[1:]:
         {"interpreted": lambda: (reductions_and_combination(), projection(), coefficients_bitwise(), rules(),
-                                 flat_rules(), benchmark_rows()),
+                                 flat_rules(), prepared(), benchmark_rows()),
          "compiled": compiled}[name]()
     print("ok")

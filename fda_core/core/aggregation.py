@@ -126,12 +126,12 @@ class _KernelPath(NamedTuple):
     reduction: Reduction | None
 
 
-def _fused(blocks: _Blocks) -> _KernelPath | None:
-    """Whether this FedGP call forms its coefficients in the Triton kernels (``LAYERWISE_COEFFICIENTS`` and whether
-    they can run here; None: the torch path), with the reduction launched now where ``LAYERWISE_REDUCTION_LAUNCH =
-    "early"``. Flat input, one (N, m) buffer and its (m,) target, takes that path too, as the layer-wise rule with a
-    single segment of length m, which is the flat rule (docs/theory.md § Layer-wise application): ``blocks.flat`` is
-    then set, on the segmented backend only (CUDA by default), so that the CPU keeps its own flat path."""
+def _kernel_layout(blocks: _Blocks) -> _FlatLayout | None:
+    """The flat layout on which this FedGP call forms its coefficients in the Triton kernels
+    (``LAYERWISE_COEFFICIENTS = "kernel"`` and the kernels can run here), else None: the torch path. Flat input, one
+    (N, m) buffer and its (m,) target, takes that path too, as the layer-wise rule with a single segment of length m,
+    which is the flat rule (docs/theory.md § Layer-wise application), on the segmented backend only (CUDA by
+    default), so that the CPU keeps its own flat path. ``blocks`` is not changed."""
     if LAYERWISE_COEFFICIENTS not in ("torch", "kernel"):
         raise ValueError(f"LAYERWISE_COEFFICIENTS must be 'torch' or 'kernel', got {LAYERWISE_COEFFICIENTS!r}")
     if LAYERWISE_REDUCTION_LAUNCH not in ("late", "early"):
@@ -146,14 +146,21 @@ def _fused(blocks: _Blocks) -> _KernelPath | None:
         if src.shape[-1] == 0 or not _segmented(tgt.device):
             return None
         flat = _FlatLayout(src, tgt, (src.shape[-1],))
-    if LAYERWISE_REDUCTION_LAUNCH == "late":
-        path = _KernelPath(None) if projection_kernels(flat.sources, flat.target) else None
-    else:
-        reduction = layerwise_start(flat.sources, flat.target, flat.lengths)  # None where the kernels cannot run
-        path = None if reduction is None else _KernelPath(reduction)
-    if path is not None:
-        blocks.flat = flat
-    return path
+    return flat if projection_kernels(flat.sources, flat.target) else None
+
+
+def _fused(blocks: _Blocks) -> _KernelPath | None:
+    """Whether this FedGP call forms its coefficients in the Triton kernels (:func:`_kernel_layout`; None: the torch
+    path), with the reduction launched now where ``LAYERWISE_REDUCTION_LAUNCH = "early"``. On that path
+    ``blocks.flat`` is set to the layout (for flat input: one segment of length m)."""
+    flat = _kernel_layout(blocks)
+    if flat is None:
+        return None
+    reduction = None
+    if LAYERWISE_REDUCTION_LAUNCH == "early":
+        reduction = layerwise_start(flat.sources, flat.target, flat.lengths)
+    blocks.flat = flat
+    return _KernelPath(reduction)
 
 
 def _laid_out(tensors: list[list[Tensor]]) -> Tensor | None:
@@ -526,11 +533,9 @@ def _to_target_device(x: Tensor, blocks: _Blocks) -> Tensor:
 
 
 def _raise_non_finite(blocks: _Blocks) -> None:
-    """Slow path, only after a non-finite result: find and name the offending argument."""
-    for k, t in enumerate(blocks.target):
-        if not bool(torch.isfinite(t).all()):
-            where = blocks.where(k) if blocks.per_source is not None else ""  # one flat target: no segment
-            raise ValueError(f"target_grad{where} contains NaN or inf")
+    """Slow path, only after a non-finite result: find and name the offending argument. The sources are looked at
+    first: where ``out`` is the target itself, the target already holds the non-finite result, so a NaN in a source
+    would otherwise be blamed on the target."""
     for k in range(len(blocks.target)):
         if blocks.sources is not None:
             bad = ~torch.isfinite(blocks.sources[k]).flatten(0, -3).all(-1).all(0) if blocks.sources[k].ndim > 2 \
@@ -542,6 +547,10 @@ def _raise_non_finite(blocks: _Blocks) -> None:
             for i, s in enumerate(blocks.per_source[k]):  # type: ignore[index]
                 if not bool(torch.isfinite(s).all()):
                     raise ValueError(f"source_grads[{i}]{blocks.where(k)} contains NaN or inf")
+    for k, t in enumerate(blocks.target):
+        if not bool(torch.isfinite(t).all()):
+            where = blocks.where(k) if blocks.per_source is not None else ""  # one flat target: no segment
+            raise ValueError(f"target_grad{where} contains NaN or inf")
     raise ValueError(
         "the aggregated gradient is not finite although every input is: values too large for "
         f"{blocks.target[0].dtype} (squared norms overflow); rescale the gradients"
@@ -763,13 +772,14 @@ def _aggregate_flat(blocks: _Blocks, target_coef: Tensor | None, coefs: Tensor |
     return {k: v.view(shape) for k, v, shape in zip(blocks.keys, views, blocks.shapes)}  # type: ignore[arg-type]
 
 
-def _python_params(beta: Any, weights: Any, alignment: Any, blocks: _Blocks) -> Tensor | None:
-    """:func:`_project_fused`'s (2N + 1,) vector [w_i β_i, scale_i, a = 1 − Σ_i w_i β_i] (docs/theory.md § Rules)
-    on the target's device when β, the weights and the alignment (default 1) are Python numbers: checked and formed
-    in Python — in double precision, the sums by ``math.fsum``, rounded once to the dtype — and copied to the device
-    in one asynchronous copy, instead of a dozen tiny torch operators (each some 10 µs of host time on a GPU
-    machine). The torch construction rounds at every step, so the two agree to rounding. None where one of them is
-    a tensor (or the weights' sum leaves the dtype's range): the caller then checks and forms them with tensors."""
+def _python_params_host(beta: Any, weights: Any, alignment: Any, blocks: _Blocks) -> Tensor | None:
+    """:func:`_project_fused`'s (2N + 1,) vector [w_i β_i, scale_i, a = 1 − Σ_i w_i β_i] (docs/theory.md § Rules) as
+    a host tensor (pinned where the target is on a GPU) when β, the weights and the alignment (default 1) are Python
+    numbers: checked and formed in Python — in double precision, the sums by ``math.fsum``, rounded once to the
+    dtype — instead of a dozen tiny torch operators (each some 10 µs of host time on a GPU machine). The torch
+    construction rounds at every step, so the two agree to rounding. None where one of them is a tensor (or the
+    weights' sum leaves the dtype's range): the caller then checks and forms them with tensors
+    (:func:`_tensor_params`)."""
     bv = _checked_python(beta, blocks, "beta", _BETA_BOUNDS, upper=1.0)
     wv = None if bv is None else _checked_python(weights, blocks, "weights", "be non-negative", default=1.0,
                                                  positive_sum=True)
@@ -784,8 +794,28 @@ def _python_params(beta: Any, weights: Any, alignment: Any, blocks: _Blocks) -> 
     if scale is None or not math.isfinite(_ROUND_TO[ref.dtype](total)):
         return None
     wb = [w / total * b for w, b in zip(wv, bv)]
-    host = torch.tensor(wb + scale + [1.0 - math.fsum(wb)], dtype=ref.dtype, pin_memory=ref.device.type == "cuda")
-    return host.to(ref.device, non_blocking=True)
+    return torch.tensor(wb + scale + [1.0 - math.fsum(wb)], dtype=ref.dtype, pin_memory=ref.device.type == "cuda")
+
+
+def _python_params(beta: Any, weights: Any, alignment: Any, blocks: _Blocks) -> Tensor | None:
+    """:func:`_python_params_host`'s vector on the target's device, in one asynchronous copy (None where it is)."""
+    host = _python_params_host(beta, weights, alignment, blocks)
+    return None if host is None else host.to(blocks.target[0].device, non_blocking=True)
+
+
+def _tensor_params(blocks: _Blocks, beta: BetaLike, weights: BetaLike | None, alignment: BetaLike | None) -> Tensor:
+    """The same (2N + 1,) vector as :func:`_python_params`, checked and formed with torch operators, on the target's
+    device: where β, the weights or the alignment is a tensor (or the weights' sum overflows in Python)."""
+    n = blocks.n_sources
+    b = _checked_per_source(beta, blocks, "beta", _BETA_BOUNDS, upper=1.0)[0]
+    w = _check_weights(weights, blocks, move=False)
+    scale = _check_alignment(alignment, blocks)
+    parts = [b, w, scale]
+    if len({x.device for x in parts}) > 1:
+        parts = [_to_target_device(x, blocks) for x in parts]
+    b, w, scale = parts
+    wb = (w * b).expand(blocks.batch_shape + (n,))
+    return _to_target_device(torch.cat([wb, scale.expand(n), (1.0 - wb.sum(-1)).reshape(1)]), blocks)
 
 
 def _project_fused(blocks: _Blocks, beta: BetaLike, weights: BetaLike | None, alignment: BetaLike | None, mode: str,
@@ -794,19 +824,10 @@ def _project_fused(blocks: _Blocks, beta: BetaLike, weights: BetaLike | None, al
     ``path`` from :func:`_fused`, with the reduction if it was launched early). β, the weights and the cosine form's
     alignment (None for the exact form: 1) are checked and packed with a = 1 − Σ_i w_i β_i (docs/theory.md § Rules)
     into one (2N + 1,) vector, copied to the device once: in Python where they are Python numbers
-    (:func:`_python_params`), else as tensors where they were given."""
+    (:func:`_python_params`), else as tensors where they were given (:func:`_tensor_params`)."""
     params = _python_params(beta, weights, alignment, blocks)
     if params is None:
-        n = blocks.n_sources
-        b = _checked_per_source(beta, blocks, "beta", _BETA_BOUNDS, upper=1.0)[0]
-        w = _check_weights(weights, blocks, move=False)
-        scale = _check_alignment(alignment, blocks)
-        parts = [b, w, scale]
-        if len({x.device for x in parts}) > 1:
-            parts = [_to_target_device(x, blocks) for x in parts]
-        b, w, scale = parts
-        wb = (w * b).expand(blocks.batch_shape + (n,))
-        params = _to_target_device(torch.cat([wb, scale.expand(n), (1.0 - wb.sum(-1)).reshape(1)]), blocks)
+        params = _tensor_params(blocks, beta, weights, alignment)
     return _aggregate_flat(blocks, None, None, None, out, projection=(params, mode, filter_negative, path.reduction))
 
 
