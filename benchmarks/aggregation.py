@@ -20,7 +20,10 @@ same data:
 (b) ``per-tensor``: the library, layer-wise (dict) form, ``fedgp(list_of_dicts, target_dict, 0.5)``; ``views``:
     the same with dicts of views into one (N, m) buffer; ``segments``: the same layer-wise rule on that buffer
     with the tensors' lengths, ``fedgp(S, t, 0.5, segments=lengths)`` (no dicts; what the federated engine
-    passes), equal bit for bit to the dict form on the same memory.
+    passes), equal bit for bit to the dict form on the same memory; ``prepared``: that call prepared once for
+    these buffers (``fda_core.core.prepared.prepare``), its arguments checked once, and on a GPU its three
+    kernels replayed from one CUDA graph (elsewhere the same call as ``segments``); the script asserts it
+    gives the same bits.
 (c) ``flat``: the library, flat form, ``fedgp(S, t, 0.5)`` with S a pre-built (N, m) tensor (one global
     projection over all m parameters, so its result differs from (a)/(b) by design).
 (d) ``copy floor``: ``dst.copy_(S)`` into a preallocated dst: N·m·4 bytes read and written. Any FedGP
@@ -74,6 +77,7 @@ if str(_ROOT) not in sys.path:  # run from a checkout without installing the pac
     sys.path.insert(0, str(_ROOT))
 
 from fda_core.core.aggregation import fedgp, fedgp_cosine  # noqa: E402
+from fda_core.core.prepared import prepare  # noqa: E402
 from fda_core.common.files import atomic_write_json  # noqa: E402
 from fda_core.core import segmented_triton  # noqa: E402
 import fda_core.core.aggregation as aggregation_module  # noqa: E402
@@ -339,7 +343,7 @@ def _check_agree(naive: dict[str, torch.Tensor], lib: dict[str, torch.Tensor]) -
 
 
 FORMS = ("naive", "per-tensor", "per-tensor+out", "views", "views+out", "cosine views+out", "segments+out",
-         "cosine segments+out", "flat", "flat+out", "cosine flat+out", "copy floor")
+         "cosine segments+out", "prepared", "cosine prepared", "flat", "flat+out", "cosine flat+out", "copy floor")
 
 
 def run(device: str = "cpu", sources: Sequence[int] = (4,), repeats: int = 3, shapes: Sequence[Any] | None = None,
@@ -384,6 +388,13 @@ def run(device: str = "cpu", sources: Sequence[int] = (4,), repeats: int = 3, sh
             raise AssertionError(f"fedgp(S, t) returned shape {tuple(flat_out.shape)} or non-finite values")
         del flat_out
 
+        # the segments+out call prepared once for these buffers (fda_core.core.prepared): on a GPU with the kernels
+        # replayed from a CUDA graph from its second call on; elsewhere the same call as segments+out
+        prepared = {rule: prepare(rule, S, t, out=out_flat, segments=lengths) for rule in ("fedgp", "fedgp_cosine")}
+        for rule, step in prepared.items():
+            expected = getattr(aggregation_module, rule)(S, t, BETA, segments=lengths)
+            if not torch.equal(step(BETA), expected) or not torch.equal(step(BETA), expected):
+                raise AssertionError(f"prepared {rule} differs from {rule} on the same buffers")
         fns: dict[str, Callable[[], Any]] = {
             "naive": lambda: naive_fedgp(src_dicts, tgt_dict, BETA),
             "per-tensor": lambda: fedgp(src_dicts, tgt_dict, BETA),
@@ -393,6 +404,8 @@ def run(device: str = "cpu", sources: Sequence[int] = (4,), repeats: int = 3, sh
             "cosine views+out": lambda: fedgp_cosine(view_dicts, view_target, BETA, out=out_views),
             "segments+out": lambda: fedgp(S, t, BETA, out=out_flat, segments=lengths),
             "cosine segments+out": lambda: fedgp_cosine(S, t, BETA, out=out_flat, segments=lengths),
+            "prepared": lambda: prepared["fedgp"](BETA),
+            "cosine prepared": lambda: prepared["fedgp_cosine"](BETA),
             "cosine flat+out": lambda: fedgp_cosine(S, t, BETA, out=out_flat),
             "flat": lambda: fedgp(S, t, BETA),
             "flat+out": lambda: fedgp(S, t, BETA, out=out_flat),
@@ -403,7 +416,8 @@ def run(device: str = "cpu", sources: Sequence[int] = (4,), repeats: int = 3, sh
         # huge pages) the first-touch page faults make it a large part of the total.
         fns["alloc"] = lambda: torch.empty_like(t).fill_(0.0)
         order = ["copy floor", "per-tensor", "per-tensor+out", "views", "views+out", "cosine views+out", "segments+out",
-                 "cosine segments+out", "flat", "flat+out", "cosine flat+out", "alloc", "naive"]
+                 "cosine segments+out", "prepared", "cosine prepared", "flat", "flat+out", "cosine flat+out", "alloc",
+                 "naive"]
         if interleave:
             times = time_round_robin({k: fns[k] for k in order}, dev, repeats, warmup)
         else:
@@ -496,7 +510,8 @@ def format_report(records: list[dict], env: dict) -> str:
         lines.append(
             f"  N={n}: library/floor per-tensor = {r['per-tensor']:.2f} (out= {r['per-tensor+out']:.2f}), "
             f"views = {r['views']:.2f} (out= {r['views+out']:.2f}, cosine {r['cosine views+out']:.2f}), "
-            f"segments+out = {r['segments+out']:.2f} (cosine {r['cosine segments+out']:.2f}), "
+            f"segments+out = {r['segments+out']:.2f} (cosine {r['cosine segments+out']:.2f}; prepared "
+            f"{r['prepared']:.2f}, cosine {r['cosine prepared']:.2f}), "
             f"flat = {r['flat']:.2f} (out= {r['flat+out']:.2f}, cosine {r['cosine flat+out']:.2f});  naive/library "
             f"per-tensor = {sp['per-tensor']:.1f}, views = {sp['views']:.1f}, flat = {sp['flat']:.1f}"
             f"   [{'ok' if max(r[f] for f in judged) <= target else 'ABOVE TARGET'}]"

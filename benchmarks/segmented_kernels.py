@@ -27,8 +27,11 @@ the least two passes can cost. This script measures, in one run on one device, f
   torch operators, as every call did before the sixth session of 2026-11-26: what packing Python numbers in Python
   saves; until that session's end a CPU tensor was first copied to the device and checked there), ``fedgp, kernel
   coefficients, β and weights on the device`` (both as (N,) device tensors, as the engine passed them until then:
-  each is checked with one read of the device, 3 before) and ``project only``, eagerly and replayed from a CUDA
-  graph, each with the read of its finiteness flag;
+  each is checked with one read of the device, 3 before), ``fedgp, kernel coefficients, prepared`` (the call prepared
+  once for its buffers, :func:`fda_core.core.prepared.prepare`: β and the weights packed in Python, one copy, the
+  three kernels replayed from a CUDA graph and the flag read: what is left of a call once the buffers' checks and the
+  launches are gone) and ``project only``, eagerly and replayed from a CUDA graph, each with the read of its
+  finiteness flag;
 
 and the copy floor ``dst.copy_(S)``. Times are medians of ``--repeats`` calls, timed in turns (one call of each per
 round), each between two ``torch.cuda.synchronize()`` with ``time.perf_counter``, as in ``benchmarks/aggregation.py``.
@@ -65,6 +68,7 @@ from fda_core.common.devices import host_synchronisations  # noqa: E402
 from fda_core.common.files import atomic_write_json  # noqa: E402
 from fda_core.core import segmented_triton  # noqa: E402
 from fda_core.core.aggregation import fedgp  # noqa: E402
+from fda_core.core.prepared import prepare  # noqa: E402
 from fda_core.core.segmented import (layerwise_combine, layerwise_reductions,  # noqa: E402
                                      segment_combine, segment_dots, segment_plan, segment_sqnorms)
 from fda_core.core.segmented_triton import KernelConfig  # noqa: E402
@@ -186,6 +190,8 @@ HOST_TENSOR = "β as a host tensor"
 EARLY = "early reduction"
 #: the same call with β and the weights as (N,) device tensors, as the engine passed them before the sixth session
 ON_DEVICE = "β and weights on the device"
+#: the same call prepared once for its buffers (fda_core.core.prepared): on CUDA its kernels replayed from a CUDA graph
+PREPARED = "prepared"
 
 
 def _kernel_coefficient_rows(S: torch.Tensor, t: torch.Tensor, lengths: list[int], out: torch.Tensor,
@@ -219,8 +225,13 @@ def _kernel_coefficient_rows(S: torch.Tensor, t: torch.Tensor, lengths: list[int
     early_result = early().clone()
     if not torch.equal(early_result, call()):
         raise AssertionError("fedgp with its reduction launched early differs from the library's call")
+    with mock.patch.object(aggregation_module, "LAYERWISE_COEFFICIENTS", "kernel"):
+        step = prepare("fedgp", S, t, out=out, segments=lengths)
+    for _ in range(2):  # the first call runs the kernels and captures them (CUDA), the second replays the graph
+        if not torch.equal(step(BETA), early_result):
+            raise AssertionError("the prepared fedgp differs from the library's call")
     rows = {KERNEL_COEFS: call, f"{KERNEL_COEFS}, {EARLY}": early, f"{KERNEL_COEFS}, {HOST_TENSOR}": host_tensor,
-            f"{KERNEL_COEFS}, {ON_DEVICE}": on_device,
+            f"{KERNEL_COEFS}, {ON_DEVICE}": on_device, f"{KERNEL_COEFS}, {PREPARED}": lambda: step(BETA),
             "project only, eager": lambda: float(project()) == 0.0}
     replay, flag = captured(project)
     rows["project only, CUDA graph replay"] = lambda: (replay(), float(flag) == 0.0)
@@ -289,11 +300,11 @@ def format_report(records: list[dict], env: dict) -> str:
                          f"{call[best_call]:.3f} ms ({call[best_call] / floor:.2f}x; without the check "
                          f"{rows[f'{best_call} fedgp without check']['median_ms']:.3f} ms)")
         if KERNEL_COEFS in rows:
-            for row in (KERNEL_COEFS, f"{KERNEL_COEFS}, {ON_DEVICE}"):
+            for row in (KERNEL_COEFS, f"{KERNEL_COEFS}, {ON_DEVICE}", f"{KERNEL_COEFS}, {PREPARED}"):
                 lines.append(f"  N={n}: host synchronisations per {row} call: {rows[row]['host_syncs']}")
         for row in ("arithmetic only, eager", "arithmetic only, CUDA graph replay", KERNEL_COEFS,
                     f"{KERNEL_COEFS}, {EARLY}", f"{KERNEL_COEFS}, {HOST_TENSOR}", f"{KERNEL_COEFS}, {ON_DEVICE}",
-                    "project only, eager",
+                    f"{KERNEL_COEFS}, {PREPARED}", "project only, eager",
                     "project only, CUDA graph replay"):
             if row in rows:
                 lines.append(f"  N={n}: {row} (library's configuration, with the check): {rows[row]['median_ms']:.3f} ms "

@@ -8,6 +8,8 @@ checked here against the library's eager call.
 """
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import torch
 
 import fda_core.core.aggregation as agg
@@ -152,3 +154,47 @@ def test_cuda_graph_replays_equal_the_eager_kernel_call(rule, dtype, into_target
             step(**kwargs)
         assert step.captured
         assert torch.equal(out, expected), (k, kwargs)
+
+
+_POOL = st.sampled_from([0.0, -0.0, 0.5, 1.0, 1, 0, 0.25, 2, 3.0])
+_ARGUMENT = st.one_of(st.none(), _POOL, st.lists(_POOL, min_size=3, max_size=3),
+                      st.lists(_POOL, min_size=3, max_size=3).map(tuple))
+
+
+@settings(max_examples=300, deadline=None)
+@given(first=st.tuples(_ARGUMENT, _ARGUMENT, _ARGUMENT), second=st.tuples(_ARGUMENT, _ARGUMENT, _ARGUMENT))
+def test_equal_argument_keys_give_the_same_parameters_bit_for_bit(first, second):
+    """A prepared call skips packing β, the weights and the alignment when their key equals the last call's: sound
+    only if equal keys always give the same (2N + 1,) parameters, bit for bit (-0.0 and 0.0 apart, ints as floats)."""
+    from fda_core.core.prepared import _arguments_key
+
+    blocks = agg._normalise(torch.zeros(3, 4), torch.zeros(4), [1, 3])
+    key1, key2 = _arguments_key(*first), _arguments_key(*second)
+    assert key1 is not None and key2 is not None
+    if key1 != key2:
+        return
+
+    def packed(arguments):
+        beta, weights, alignment = arguments
+        try:
+            return agg._python_params_host(beta if beta is not None else 0.5, weights, alignment, blocks)
+        except ValueError as error:
+            return str(error).split(",")[0]
+
+    one, two = packed(first), packed(second)
+    if isinstance(one, str) or isinstance(two, str):
+        assert one == two
+    else:
+        assert one.view(torch.int32).tolist() == two.view(torch.int32).tolist()
+
+
+def test_arguments_key_leaves_tensors_bools_and_huge_ints_to_the_checks():
+    from fda_core.core.prepared import _arguments_key
+
+    assert _arguments_key(torch.tensor(0.5), None, None) is None
+    assert _arguments_key(0.5, [1, torch.tensor(2.0), 3], None) is None
+    assert _arguments_key(True, None, None) is None
+    assert _arguments_key(0.5, [10**400, 1, 1], None) is None
+    assert _arguments_key(0.5, None, None) == _arguments_key(0.5, None, None) != _arguments_key(0.5, None, [1, 1, 1])
+    assert _arguments_key(0.0, None, None) != _arguments_key(-0.0, None, None)
+    assert _arguments_key(1, None, None) == _arguments_key(1.0, None, None)

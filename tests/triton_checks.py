@@ -277,6 +277,19 @@ def prepared():
                     assert torch.equal(out, expected), (rule, segments, into_target, graph, k)
                     assert step.captured == graph
                 assert project.call_count == 2 * len(calls), project.call_count
+                # the parameters of Python arguments equal to the last call's are not packed again; a list changed
+                # in place, -0.0 for 0.0 and a tensor are
+                betas = [0.2, 0.5, 0.9]
+                repeats = [(betas, 1), (betas, 0), ("mutate", 1), (0.0, 1), (0.0, 0), (-0.0, 1), (torch.tensor(0.3), 1),
+                           (torch.tensor(0.3), 1)]
+                for beta, packed in repeats if (segments, into_target, graph) == configs[0] else []:
+                    if isinstance(beta, str):
+                        betas[1] = 0.1
+                        beta = betas
+                    expected = fn(S, t, beta, out=torch.empty_like(t), segments=segments)
+                    with mock.patch.object(agg, "_python_params_host", wraps=agg._python_params_host) as host:
+                        assert torch.equal(step(beta), expected), beta
+                    assert host.call_count == packed, (beta, host.call_count)
                 for _ in range(2):  # with the graph: before and after its capture (at the first good call)
                     S[0, 9] = float("nan")
                     expect_error(lambda: step(0.5), "source_grads[0]")  # named, also where out is the target
@@ -304,7 +317,8 @@ def benchmark_rows():
         rows = bench._kernel_coefficient_rows(S, t, lengths, out, reference)
         assert sorted(rows) == sorted([bench.KERNEL_COEFS, f"{bench.KERNEL_COEFS}, {bench.EARLY}",
                                        f"{bench.KERNEL_COEFS}, {bench.HOST_TENSOR}",
-                                       f"{bench.KERNEL_COEFS}, {bench.ON_DEVICE}", "project only, eager",
+                                       f"{bench.KERNEL_COEFS}, {bench.ON_DEVICE}",
+                                       f"{bench.KERNEL_COEFS}, {bench.PREPARED}", "project only, eager",
                                        "project only, CUDA graph replay"]), sorted(rows)
         for row, fn in rows.items():
             out.fill_(float("nan"))

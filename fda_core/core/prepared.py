@@ -24,6 +24,7 @@ that their memory is not freed.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -57,6 +58,34 @@ def _capture(step: Callable[[], tuple[Tensor, Tensor]]) -> tuple[Callable[[], No
     return graph.replay, result
 
 
+def _number_bytes(values: Sequence[Any]) -> bytes | None:
+    try:
+        return struct.pack(f"{len(values)}d", *values)
+    except (OverflowError, struct.error):  # an int too large for a double: no key, so the call checks it
+        return None
+
+
+def _arguments_key(*arguments: Any) -> bytes | None:
+    """The Python numbers among a call's arguments (None, a number or a list/tuple of numbers each) as bytes that
+    differ wherever the parameters they give can differ (-0.0 and 0.0 included); None where one is anything else (a
+    tensor, whose contents may change between calls)."""
+    parts = []
+    for value in arguments:
+        if value is None:
+            parts.append(b"n")
+            continue
+        if type(value) in (int, float):
+            packed = _number_bytes((value,))
+        elif type(value) in (list, tuple) and all(type(v) in (int, float) for v in value):
+            packed = _number_bytes(value)
+        else:
+            return None
+        if packed is None:
+            return None
+        parts.append(b"l%d:" % len(packed) + packed)
+    return b"|".join(parts)
+
+
 class PreparedRule:
     """A layer-wise FedGP rule bound to fixed buffers (:func:`prepare`); call it with β, the weights and (the cosine
     form) the alignment each round: ``prepared(beta, weights=None, alignment=None)`` writes the result into ``out``
@@ -64,7 +93,9 @@ class PreparedRule:
 
     Attributes: ``rule`` (its name), ``path``: "eager" (the library function at every call: no Triton kernels here,
     e.g. the CPU), "kernels" (the three kernels launched at every call) or "graph" (replayed from a CUDA graph from
-    the second call on), ``captured`` (whether the graph exists yet).
+    the second call on), ``captured`` (whether the graph exists yet). Where β, the weights and the alignment are Python
+    numbers equal to the last call's (a fixed-β rule, round after round), their checked parameters are still on the
+    device and are neither packed nor copied again.
     """
 
     def __init__(self, rule: str, source_grads: Tensor, target_grad: Tensor, out: Tensor,
@@ -96,6 +127,7 @@ class PreparedRule:
                              f"runs {'without the kernels' if layout is None else 'on ' + str(target_grad.device)}")
         self.path = "eager" if layout is None else ("graph" if graph is not False and on_cuda else "kernels")
         self._replay: Callable[[], None] | None = None
+        self._key: bytes | None = None  # the Python arguments whose parameters the device vector holds
         self._result: tuple[Tensor, Tensor] | None = None
         if layout is not None:
             from . import segmented_triton
@@ -128,9 +160,13 @@ class PreparedRule:
             extra = () if self._projection != "cosine" else (alignment,)
             return self._fn(self._sources, self._target, beta, weights, *extra, out=self._out, segments=self._segments)
         blocks = self._blocks
-        host = _agg._python_params_host(beta, weights, alignment, blocks)  # checked here, before anything is written
-        self._params.copy_(host if host is not None else _agg._tensor_params(blocks, beta, weights, alignment),
-                           non_blocking=host is not None)
+        key = _arguments_key(beta, weights, alignment)
+        if key is None or key != self._key:  # else the device vector holds these arguments' parameters already
+            self._key = None
+            host = _agg._python_params_host(beta, weights, alignment, blocks)  # checked before anything is written
+            self._params.copy_(host if host is not None else _agg._tensor_params(blocks, beta, weights, alignment),
+                               non_blocking=host is not None)
+            self._key = key
         if self._replay is not None:
             self._replay()
             flag, checks = self._result  # type: ignore[misc]
