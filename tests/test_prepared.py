@@ -147,13 +147,15 @@ def test_cuda_graph_replays_equal_the_eager_kernel_call(rule, dtype, into_target
         Sg.copy_(S)
         tg.copy_(t)
         expected = fn(Sg, tg, out=torch.empty_like(tg), segments=LENGTHS, **kwargs)
-        if k == 3:
+        if k in (4, 5):  # Python numbers, after the capture: packed, copied asynchronously, the flag read
             syncs = host_synchronisations(lambda: step(**kwargs), "cuda")
             assert syncs == 1, syncs
         else:
             step(**kwargs)
         assert step.captured
         assert torch.equal(out, expected), (k, kwargs)
+    step(0.4)
+    assert host_synchronisations(lambda: step(0.4), "cuda") == 1  # the same β: its parameters are on the device
 
 
 _POOL = st.sampled_from([0.0, -0.0, 0.5, 1.0, 1, 0, 0.25, 2, 3.0])
