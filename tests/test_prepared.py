@@ -7,6 +7,8 @@ interpreter in tests/triton_checks.py (``prepared``, run by test_segmented.py); 
 checked here against the library's eager call.
 """
 
+import warnings
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -200,3 +202,41 @@ def test_arguments_key_leaves_tensors_bools_and_huge_ints_to_the_checks():
     assert _arguments_key(0.5, None, None) == _arguments_key(0.5, None, None) != _arguments_key(0.5, None, [1, 1, 1])
     assert _arguments_key(0.0, None, None) != _arguments_key(-0.0, None, None)
     assert _arguments_key(1, None, None) == _arguments_key(1.0, None, None)
+
+
+def test_a_failed_capture_falls_back_to_launching_the_kernels(monkeypatch):
+    """graph="auto": where capturing the kernels fails (only a device can say), the call warns once and launches them
+    at every call from then on, without trying to capture again; graph=True raises instead. The kernels' step is
+    stubbed here (the CPU has none): what is checked is the warning, the path and the number of captures tried."""
+    import fda_core.core.prepared as P
+
+    gen = torch.Generator().manual_seed(17)
+    S, t = torch.empty(3, sum(LENGTHS), dtype=torch.float64), torch.empty(sum(LENGTHS), dtype=torch.float64)
+    out = torch.empty_like(t)
+
+    tried = []
+
+    def failing_capture(step):
+        tried.append(step)
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    def as_if_on_the_kernel_path(step, graph):
+        step.path, step._graph = "graph", graph
+        step._blocks, step._params = agg._normalise(S, t, LENGTHS), torch.empty(7, dtype=torch.float64)
+        monkeypatch.setattr(step, "_step", lambda: (torch.zeros(1, dtype=torch.float64),
+                                                    torch.zeros(2, 3, len(LENGTHS), dtype=torch.float64)))
+        return step
+
+    monkeypatch.setattr(P, "_capture", failing_capture)
+    step = as_if_on_the_kernel_path(prepare("fedgp", S, t, out=out, segments=LENGTHS), "auto")
+    _round(S, t, gen)
+    with pytest.warns(RuntimeWarning, match="capturing its kernels in a CUDA graph failed"):
+        step(0.5)
+    assert step.path == "kernels" and not step.captured
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        step(0.5)  # no second warning, no second capture
+    assert len(tried) == 1
+    strict = as_if_on_the_kernel_path(prepare("fedgp", S, t, out=out, segments=LENGTHS), True)
+    with pytest.raises(RuntimeError, match="stream is capturing"):
+        strict(0.5)

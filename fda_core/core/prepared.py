@@ -25,6 +25,7 @@ that their memory is not freed.
 from __future__ import annotations
 
 import struct
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -114,7 +115,7 @@ class PreparedRule:
             raise ValueError(f"out must be an (m,) tensor (the buffer every call writes), got {type(out).__name__}")
         blocks = _agg._normalise(source_grads, target_grad, segments)  # shapes, dtypes, devices, segments
         _agg._out_buffers(out, blocks)  # form, contiguity, no memory shared with the sources
-        self.rule = rule
+        self.rule, self._graph = rule, graph
         self._projection, self._filter = PREPARED_RULES[rule]
         self._fn = getattr(_agg, rule)
         self._sources, self._target, self._out = source_grads, target_grad, out
@@ -174,8 +175,20 @@ class PreparedRule:
             flag, checks = self._step()
         _agg._check_flag(blocks, flag, [self._out], checks)
         if self.path == "graph" and self._replay is None:
-            self._replay, self._result = _capture(self._step)
+            self._capture_or_fall_back()
         return self._out
+
+    def _capture_or_fall_back(self) -> None:
+        """Capture the step (after its first eager run). Where the capture fails and ``graph`` was "auto", warn and
+        launch the kernels at every call from now on ("kernels"): a slower call, the same results."""
+        try:
+            self._replay, self._result = _capture(self._step)
+        except RuntimeError as error:
+            if self._graph is True:
+                raise
+            warnings.warn(f"prepared {self.rule}: capturing its kernels in a CUDA graph failed ({error}); its calls "
+                          "launch them one by one instead (same results)", RuntimeWarning, stacklevel=3)
+            self.path = "kernels"
 
     def _step(self) -> tuple[Tensor, Tensor]:
         """The three kernels on the buffers and ``self._params``: (finiteness flag (1,), checks (2, N, L))."""
