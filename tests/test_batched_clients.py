@@ -16,9 +16,9 @@ SETTING = dict(dataset="NoisyFeatures", dataset_options={"noise_std": 0.4}, rule
                n_target_labeled=40, train_fraction=0.5, model="small_cnn", seed=3, rounds=3, source_fraction=0.3)
 
 
-def _updates(device, mode, keep_buffers=False, **extra):
-    """The engine's per-round source updates (and with ``keep_buffers`` the sources' BatchNorm statistics),
-    captured by a spy method."""
+def _updates(device, mode, keep_buffers=False, keep_target=False, **extra):
+    """The engine's per-round source updates (and with ``keep_buffers`` the sources' BatchNorm statistics, with
+    ``keep_target`` the target's update), captured by a spy method."""
     seen = []
 
     class Spy(methods.FedGP):
@@ -29,7 +29,9 @@ def _updates(device, mode, keep_buffers=False, **extra):
             if res.source_updates is not None:
                 seen.append((res.source_updates.clone().cpu(), list(res.source_steps))
                             + (([{k: v.clone().cpu() for k, v in b.items()} for b in res.source_buffers],)
-                               if keep_buffers else ()))
+                               if keep_buffers else ())
+                            + ((None if res.target_update is None else res.target_update.clone().cpu(),)
+                               if keep_target else ()))
             return super().aggregate(info, res, theta)
 
     methods.register_method(Spy)
@@ -282,16 +284,99 @@ def test_compiled_objective_is_the_eager_one_in_float64():
 @pytest.mark.timeout(600)
 def test_compile_option_runs_through_the_engine():
     """client_batching='compile' in the engine: mnist_cnn with BatchNorm, two rounds (the graphs of the full and the
-    short last batch reused in round 2), the same step counts and BatchNorm statistics as 'vmap'. The updates
+    short last batch reused in round 2), the same step counts and BatchNorm statistics as 'vmap', and the target's
+    update, which 'compile' trains through the compiled objective as a batch of one and 'vmap' by the loop. The updates
     agree to float32 rounding as amplified by the network: measured 4.5e-3 and 8.5e-3 (relative), against 4e-6
     between 'vmap' and the loop (same convolution kernels); in float64 the compiled objective is exact (above)."""
     setting = dict(model="mnist_cnn", model_options={"norm": "batch"}, optimizer="sgd", rounds=2, source_fraction=0.05, source_batch_size=16)
-    eager, _ = _updates("cpu", "vmap", keep_buffers=True, **setting)
-    compiled, _ = _updates("cpu", "compile", keep_buffers=True, **setting)
+    eager, _ = _updates("cpu", "vmap", keep_buffers=True, keep_target=True, **setting)
+    compiled, _ = _updates("cpu", "compile", keep_buffers=True, keep_target=True, **setting)
     assert len(eager) == len(compiled) == 2
-    for (u_e, steps_e, b_e), (u_c, steps_c, b_c) in zip(eager, compiled):
+    for (u_e, steps_e, b_e, t_e), (u_c, steps_c, b_c, t_c) in zip(eager, compiled):
         assert steps_e == steps_c
         assert float((u_c - u_e).norm() / u_e.norm()) < 3e-2
+        # the target (FDA rounds; none in the warm-up round): trained through the compiled objective as a batch of
+        # one here, by the loop under 'vmap'
+        assert (t_e is None) == (t_c is None)
+        if t_e is not None:
+            assert float((t_c - t_e).norm() / t_e.norm()) < 3e-2, float((t_c - t_e).norm() / t_e.norm())
         for be, bc in zip(b_e, b_c):
             for k in be:
                 torch.testing.assert_close(bc[k], be[k], rtol=0, atol=1e-4)
+    assert sum(t is not None for *_, t in compiled) == 1  # one FDA round after the warm-up
+
+
+def _target_updates(mode, **extra):
+    """The engine's per-round target updates and step counts, captured by a spy method."""
+    seen = []
+
+    class Spy(methods.FedGP):
+        name = "test_spy_target"
+        label = "Spy"
+
+        def aggregate(self, info, res, theta):
+            if res.target_update is not None:
+                seen.append((res.target_update.clone().cpu(), res.target_steps,
+                             {k: v.clone().cpu() for k, v in res.target_buffers.items()}))
+            return super().aggregate(info, res, theta)
+
+    methods.register_method(Spy)
+    try:
+        result = run_experiment(**{**SETTING, "rule": "test_spy_target", **extra}, device="cpu", client_batching=mode)
+    finally:
+        methods._REGISTRY.pop("test_spy_target")
+    return seen, result
+
+
+@pytest.mark.parametrize("model", [{}, dict(model="mnist_cnn", model_options={"norm": "batch"}, source_fraction=0.05,
+                                            n_target_labeled=20, optimizer="sgd")], ids=["small_cnn", "mnist_cnn-batchnorm"])
+def test_target_client_through_the_batched_objective_equals_the_loop(monkeypatch, model):
+    """With client_batching="compile" the round's target client trains through the sources' batched objective as a
+    batch of one (on a GPU its steps then replay CUDA graphs): the same mini-batch stream, step count and BatchNorm
+    statistics as the loop, its update equal to rounding (measured on the CPU: 1.5e-5 and 7e-4 relative with
+    mnist_cnn and SGD; with Adam 0.16 and 0.43 there, its amplification of rounding in coordinates with ~0 gradients,
+    hence SGD for that model as in the sources' BatchNorm test above). Checked here through "vmap" (the same code
+    without torch.compile, BATCHED_TARGET_MODES patched), so that the CPU needs no compilation."""
+    import fda_core.experiments.federated as fed
+
+    loop, r_loop = _target_updates("loop", **model)
+    with monkeypatch.context() as patched:
+        patched.setattr(fed, "BATCHED_TARGET_MODES", ("vmap", "compile"))
+        calls = []
+        original = fed.Run._train_target_batched
+        patched.setattr(fed.Run, "_train_target_batched", lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
+        batched, r_batched = _target_updates("vmap", **model)
+    assert len(calls) == len(loop) == len(batched) == SETTING["rounds"] - SETTING["warmup_rounds"]
+    for (u_loop, steps_loop, b_loop), (u_batched, steps_batched, b_batched) in zip(loop, batched):
+        assert steps_loop == steps_batched > 0
+        assert u_loop.abs().max() > 0
+        assert float((u_batched - u_loop).norm() / u_loop.norm()) < (2e-3 if not model else 5e-3)
+        assert sorted(b_loop) == sorted(b_batched)
+        for k in b_loop:
+            torch.testing.assert_close(b_batched[k].float(), b_loop[k].float(), rtol=0, atol=1e-4)
+    assert [h["round"] for h in r_loop["history"]] == [h["round"] for h in r_batched["history"]]
+
+
+def test_target_client_keeps_the_loop_where_its_parts_are_needed(monkeypatch):
+    """The auto-β rules need the target's per-step updates (its parts): their target client keeps the loop."""
+    import fda_core.experiments.federated as fed
+
+    monkeypatch.setattr(fed, "BATCHED_TARGET_MODES", ("vmap", "compile"))
+    monkeypatch.setattr(fed.Run, "_train_target_batched", lambda *a, **k: pytest.fail("the target was batched"))
+    setting = {k: v for k, v in SETTING.items() if k != "beta"}
+    result = run_experiment(**{**setting, "rule": "fedgp_auto", "rounds": 2}, device="cpu", client_batching="vmap")
+    assert len(result["history"]) >= 2
+
+
+def test_only_compile_batches_the_target_client():
+    """By default the target client trains as a batch of one only under client_batching="compile" (on a GPU its
+    steps then replay CUDA graphs); under "vmap" (CUDA's default through "auto") it keeps the loop, whose results it
+    would otherwise change in the last digits without saving time. A Run compiles nothing until its first step."""
+    from fda_core.experiments.federated import BATCHED_TARGET_MODES, Run
+
+    assert BATCHED_TARGET_MODES == ("compile",)
+    for mode, batched in (("compile", True), ("vmap", False)):
+        c = make_config(**SETTING, device="cpu", client_batching=mode)
+        run = Run(c, methods.get_method(c["rule"], **c["method_options"]))
+        assert ("target_out" in run._batched_sources) == batched
+        assert run._batched_sources.get("target_out", torch.empty(1, run.model.m)).shape == (1, run.model.m)

@@ -71,12 +71,19 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "device": "auto",
     "eval_every": 1,
     "client_batching": "auto",      # source clients of a round trained as one vmap-ed computation: 'auto' (on CUDA
-                                    # when the run qualifies), 'vmap', 'compile' (vmap + torch.compile) or 'loop'
+                                    # when the run qualifies), 'vmap', 'compile' (vmap + torch.compile; the target
+                                    # client through it too, as a batch of one) or 'loop'
                                     # (experiments/batched_clients.py);
                                     # like 'device', an execution choice (float rounding only), not part of a run's key
     "alignment_steps": "fractional",  # step counts of the magnitude-alignment factor: 'fractional' (n/bs·epochs,
                                       # FedGP paper Eq. B.2 and its code) or 'taken' (⌈n/bs⌉·epochs)
 }
+
+#: the ``client_batching`` modes in which the target client of an FDA round trains through the batched objective too,
+#: as a batch of one client (when the run's sources are batched and the target's per-step parts are not needed): with
+#: "compile" its steps replay CUDA graphs on a GPU, which is what it is for (issue 17: the target, trained alone, was
+#: what was left of a compiled round); with "vmap" it would only change the order of float operations.
+BATCHED_TARGET_MODES = ("compile",)
 
 #: Config keys that choose how a run executes, not what it computes (float rounding aside): left out of store keys
 #: and of the settings notes of result tables.
@@ -398,9 +405,31 @@ class Run:
                                  + " (use 'auto' or 'loop')")
             return None
         fm = self.model
-        return {"x": stack_clients([s["x"] for s in self.sources]), "y": stack_clients([s["y"] for s in self.sources]),
+        kind, dtype = self.config["optimizer"], fm.flat.dtype
+        plan = {"x": stack_clients([s["x"] for s in self.sources]), "y": stack_clients([s["y"] for s in self.sources]),
                 "sizes": [s["x"].shape[0] for s in self.sources], "losses": batched_losses(fm, compile=mode == "compile"),
-                "optimizer": FlatAdam(len(self.sources) * fm.m, self.device, fm.flat.dtype, kind=self.config["optimizer"])}
+                "optimizer": FlatAdam(len(self.sources) * fm.m, self.device, dtype, kind=kind)}
+        if mode in BATCHED_TARGET_MODES:  # the target client's steps through the same (compiled) objective, N = 1
+            plan["target_optimizer"] = FlatAdam(fm.m, self.device, dtype, kind=kind)
+            plan["target_out"] = torch.empty(1, fm.m, device=self.device, dtype=dtype)
+        return plan
+
+    def _train_target_batched(self, x: Tensor, y: Tensor, *, epochs: int, batch_size: int, lr: float,
+                              key: tuple[int, ...], who: str) -> int:
+        """The round's target client trained as a batch of one client through the sources' batched objective
+        (``client_batching`` in :data:`BATCHED_TARGET_MODES`: on a GPU its steps replay CUDA graphs instead of
+        launching every kernel): from the global model and its BatchNorm statistics, on the same mini-batch stream
+        as :meth:`_train` (``key``), the same objective and optimiser; the result is left in the shared model as
+        :meth:`_train` leaves it (parameters and buffers). Returns the number of optimiser steps."""
+        fm, b = self.model, self._batched_sources
+        buffers = {k: v.unsqueeze(0).clone() for k, v in self.buffers.items()}
+        steps = train_sources_batched(
+            fm, b["target_optimizer"], self.theta, x.unsqueeze(0), y.unsqueeze(0), epochs=epochs, batch_size=batch_size,
+            lr=lr, generators=[generator(self.config["seed"], _STREAM_CLIENT, *key)], names=[who], out=b["target_out"],
+            buffers=buffers, losses=b["losses"])
+        fm.flat.copy_(b["target_out"][0])
+        fm.load_buffers({k: v[0] for k, v in buffers.items()})
+        return steps
 
     # -- what clients do -------------------------------------------------------------------------
     def _train(self, x: Tensor, y: Tensor, *, epochs: int, batch_size: int, lr: float, key: tuple[int, ...],
@@ -525,10 +554,14 @@ class Run:
                 if self._parts is None or self._parts.shape[0] != n_parts:
                     self._parts = torch.empty(n_parts, fm.m, device=self.device, dtype=fm.flat.dtype)
                 parts = self._parts
-            steps_t = self._train(x, y, epochs=epochs, batch_size=batch, lr=lr_t_used,
-                                  key=(r, _TARGET, 0) if tt.data == "labeled" else (r, _TARGET_TRAIN, 0),
-                                  who=f"target client, round {r}" if tt.data == "labeled" else "oracle",
-                                  client=ClientInfo("target", 0, self.target_name, r), parts=parts)
+            key_t = (r, _TARGET, 0) if tt.data == "labeled" else (r, _TARGET_TRAIN, 0)
+            who = f"target client, round {r}" if tt.data == "labeled" else "oracle"
+            if parts is None and self._batched_sources is not None and "target_out" in self._batched_sources:
+                steps_t = self._train_target_batched(x, y, epochs=epochs, batch_size=batch, lr=lr_t_used, key=key_t,
+                                                     who=who)
+            else:
+                steps_t = self._train(x, y, epochs=epochs, batch_size=batch, lr=lr_t_used, key=key_t, who=who,
+                                      client=ClientInfo("target", 0, self.target_name, r), parts=parts)
             torch.sub(fm.flat, self.theta, out=self._target_update)  # g_T = h_T^(r) − h^(r-1)
             t_bufs = fm.buffers()
         align_src: list[float] | None = None
