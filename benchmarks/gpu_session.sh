@@ -14,11 +14,12 @@
 # 900 s of device time, the start (~100 s) included, and a warm machine goes back after 30 s idle: plan one long call.
 # Next lease, first call (carry [".whl"] from `gpu_wheels.sh --slim`, 38 MB with POT and SurvSet; .gpudata/MNIST only
 # for inb-full and nb04full; timeout_s 600, DEADLINE_S=565, NB_LIMIT=330):
-#   gputest-cuda kernels agg hostwork nb07p nb05p   (gputest-cuda: the new sync counts of tensor arguments, 1 for host
+#   gputest-cuda kernels agg hostwork fedcompgn nb07p nb05p   (gputest-cuda: the new sync counts of tensor arguments, 1 for host
 #   tensors and 3 for device tensors, the flat form through the kernels and the prepared rule's CUDA graph
 #   (tests/test_prepared.py) are unverified on a GPU; agg: flat+out now runs the layer-wise kernels with one segment,
 #   and the `prepared` forms replay them from a CUDA graph (both unmeasured); kernels: the late launch, now the default,
-#   against its `early reduction` row, and the `prepared` row; hostwork: the prepared form's host work; nb07p: notebook 07 at paper scale, which stopped at its first run before the batched-client fix;
+#   against its `early reduction` row, and the `prepared` row; hostwork: the prepared form's host work; fedcompgn:
+#   client_batching="compile" now trains the target client through the compiled objective too (3.7-4.8x before); nb07p: notebook 07 at paper scale, which stopped at its first run before the batched-client fix;
 #   nb05p: 327 of 649 runs took 570 s on an H200 on 2026-11-26, but those runs were made by c6b38ba and the code in
 #   the notebook's import closure changed since, so they are recomputed), then the paper-scale notebooks one per
 #   call with NB_LIMIT, carrying .gpustore.
