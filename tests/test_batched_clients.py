@@ -380,3 +380,26 @@ def test_only_compile_batches_the_target_client():
         run = Run(c, methods.get_method(c["rule"], **c["method_options"]))
         assert ("target_out" in run._batched_sources) == batched
         assert run._batched_sources.get("target_out", torch.empty(1, run.model.m)).shape == (1, run.model.m)
+
+
+def test_compiled_objective_may_compile_more_shapes_than_torch_allows_by_default(monkeypatch):
+    """torch.compile makes one graph per (clients, mini-batch) shape of the batched objective, all of one function,
+    and by default stops at 8 per function (then silently runs eagerly): two or three runs of different sizes under
+    client_batching="compile" would reach it. The compiled objective runs with the limit raised to RECOMPILE_LIMIT
+    (checked where torch reads it, inside the call; torch's own setting is restored after it)."""
+    import torch._dynamo.config as dynamo_config
+
+    from fda_core.data.models import get_model
+    from fda_core.experiments import batched_clients
+
+    seen = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: (lambda *a: seen.append(dynamo_config.recompile_limit)
+                                                            or fn(*a)))
+    fm = FlatModel(get_model("mlp", (1, 4, 4), 3, seed=0))
+    losses = batched_clients.batched_losses(fm, compile=True)
+    leaves = [torch.zeros(2, *shape) for *_, shape in fm.layout]
+    default = dynamo_config.recompile_limit
+    out = losses(leaves, {}, torch.randn(2, 5, 1, 4, 4), torch.randint(0, 3, (2, 5)))
+    assert out.shape == (2,)
+    assert seen == [max(batched_clients.RECOMPILE_LIMIT, default)] and batched_clients.RECOMPILE_LIMIT >= 32
+    assert dynamo_config.recompile_limit == default

@@ -47,6 +47,10 @@ __all__ = ["CLIENT_BATCHING", "batched_losses", "batching_blockers", "stack_clie
 #: allowed values of the engine's ``client_batching`` option
 CLIENT_BATCHING = ("auto", "loop", "vmap", "compile")
 
+#: graphs that torch.compile may make of the batched objective in one process, one per (clients, mini-batch) shape
+#: (torch's default, 8 per function, is raised to this while the compiled objective runs)
+RECOMPILE_LIMIT = 64
+
 #: A batched objective: (parameter leaves [(N, *shape)], buffers {name: (N, *shape)}, x (N, b, *input),
 #: y (N, b)) -> the N clients' mean cross-entropies (N,)
 BatchedLosses = Callable[[list[Tensor], dict[str, Tensor], Tensor, Tensor], Tensor]
@@ -61,7 +65,8 @@ def batched_losses(fm: FlatModel, *, compile: bool = False) -> BatchedLosses:
     replay from CUDA graphs, one launch instead of hundreds of kernels per step; the CPU uses the default mode.
     The first call with a new model and mini-batch shape pays the compilation (~10–20 s on the 2-core CPU); later
     runs of the same model and shapes in the process reuse the graph (torch 2.13: eleven runs, fresh modules, one
-    graph)."""
+    graph). Up to :data:`RECOMPILE_LIMIT` shapes are compiled in one process (torch's own limit, 8, would be reached by
+    two or three runs of different sizes, after which it runs the objective eagerly)."""
     from torch.func import functional_call, vmap
 
     module = fm.module
@@ -79,7 +84,16 @@ def batched_losses(fm: FlatModel, *, compile: bool = False) -> BatchedLosses:
     if not compile:
         return losses
     mode = "reduce-overhead" if fm.flat.device.type == "cuda" else "default"
-    return torch.compile(losses, dynamic=False, mode=mode)
+    compiled = torch.compile(losses, dynamic=False, mode=mode)
+
+    def compiled_losses(leaves: list[Tensor], bufs: dict[str, Tensor], x: Tensor, y: Tensor) -> Tensor:
+        # one graph per shape, all of them of one function: torch's default of 8 per function would be spent by two
+        # or three runs (each has its sources' full and short batches, and its target's, with "compile"), and every
+        # later shape would silently run eagerly
+        with torch._dynamo.config.patch(recompile_limit=max(RECOMPILE_LIMIT, torch._dynamo.config.recompile_limit)):
+            return compiled(leaves, bufs, x, y)
+
+    return compiled_losses
 
 
 def batching_blockers(fm: FlatModel, sources: Sequence[dict[str, Any]], *, custom_loss: bool,
