@@ -296,7 +296,7 @@ def test_compile_option_runs_through_the_engine():
         assert steps_e == steps_c
         assert float((u_c - u_e).norm() / u_e.norm()) < 3e-2
         # the target (FDA rounds; none in the warm-up round): trained through the compiled objective as a batch of
-        # one here, by the loop under 'vmap'
+        # one here, by the loop under 'vmap' (measured: 6.7e-3)
         assert (t_e is None) == (t_c is None)
         if t_e is not None:
             assert float((t_c - t_e).norm() / t_e.norm()) < 3e-2, float((t_c - t_e).norm() / t_e.norm())
@@ -333,9 +333,9 @@ def _target_updates(mode, **extra):
 def test_target_client_through_the_batched_objective_equals_the_loop(monkeypatch, model):
     """With client_batching="compile" the round's target client trains through the sources' batched objective as a
     batch of one (on a GPU its steps then replay CUDA graphs): the same mini-batch stream, step count and BatchNorm
-    statistics as the loop, its update equal to rounding (measured on the CPU: 1.5e-5 and 7e-4 relative with
-    mnist_cnn and SGD; with Adam 0.16 and 0.43 there, its amplification of rounding in coordinates with ~0 gradients,
-    hence SGD for that model as in the sources' BatchNorm test above). Checked here through "vmap" (the same code
+    statistics as the loop, its update equal to rounding (with Adam, mnist_cnn's differed by 0.16 and 0.43 relative:
+    Adam's amplification of rounding in coordinates with ~0 gradients, hence SGD for that model as in the sources'
+    BatchNorm test above). Checked here through "vmap" (the same code
     without torch.compile, BATCHED_TARGET_MODES patched), so that the CPU needs no compilation."""
     import fda_core.experiments.federated as fed
 
@@ -350,7 +350,9 @@ def test_target_client_through_the_batched_objective_equals_the_loop(monkeypatch
     for (u_loop, steps_loop, b_loop), (u_batched, steps_batched, b_batched) in zip(loop, batched):
         assert steps_loop == steps_batched > 0
         assert u_loop.abs().max() > 0
-        assert float((u_batched - u_loop).norm() / u_loop.norm()) < (2e-3 if not model else 5e-3)
+        # measured on the CPU: 2.0e-4 and 1.5e-3 (small_cnn, Adam), 1.5e-5 and 7.3e-4 (mnist_cnn, SGD); another mini-
+        # batch stream or learning rate would give O(1)
+        assert float((u_batched - u_loop).norm() / u_loop.norm()) < 5e-3
         assert sorted(b_loop) == sorted(b_batched)
         for k in b_loop:
             torch.testing.assert_close(b_batched[k].float(), b_loop[k].float(), rtol=0, atol=1e-4)
