@@ -16,9 +16,9 @@ SETTING = dict(dataset="NoisyFeatures", dataset_options={"noise_std": 0.4}, rule
                n_target_labeled=40, train_fraction=0.5, model="small_cnn", seed=3, rounds=3, source_fraction=0.3)
 
 
-def _updates(device, mode, keep_buffers=False, keep_target=False, **extra):
-    """The engine's per-round source updates (and with ``keep_buffers`` the sources' BatchNorm statistics, with
-    ``keep_target`` the target's update), captured by a spy method."""
+def _spied(device, mode, record, **extra):
+    """Run the engine (SETTING with ``extra``) through a spy method that keeps ``record(res)`` of every round's
+    RoundResults where it is not None; returns (the kept records, the run's result)."""
     seen = []
 
     class Spy(methods.FedGP):
@@ -26,12 +26,9 @@ def _updates(device, mode, keep_buffers=False, keep_target=False, **extra):
         label = "Spy"
 
         def aggregate(self, info, res, theta):
-            if res.source_updates is not None:
-                seen.append((res.source_updates.clone().cpu(), list(res.source_steps))
-                            + (([{k: v.clone().cpu() for k, v in b.items()} for b in res.source_buffers],)
-                               if keep_buffers else ())
-                            + ((None if res.target_update is None else res.target_update.clone().cpu(),)
-                               if keep_target else ()))
+            kept = record(res)
+            if kept is not None:
+                seen.append(kept)
             return super().aggregate(info, res, theta)
 
     methods.register_method(Spy)
@@ -40,6 +37,19 @@ def _updates(device, mode, keep_buffers=False, keep_target=False, **extra):
     finally:
         methods._REGISTRY.pop("test_spy_batching")
     return seen, result
+
+
+def _updates(device, mode, keep_buffers=False, keep_target=False, **extra):
+    """The engine's per-round source updates (and with ``keep_buffers`` the sources' BatchNorm statistics, with
+    ``keep_target`` the target's update), captured by a spy method."""
+    def record(res):
+        if res.source_updates is None:
+            return None
+        return ((res.source_updates.clone().cpu(), list(res.source_steps))
+                + (([{k: v.clone().cpu() for k, v in b.items()} for b in res.source_buffers],) if keep_buffers else ())
+                + ((None if res.target_update is None else res.target_update.clone().cpu(),) if keep_target else ()))
+
+    return _spied(device, mode, record, **extra)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -307,25 +317,10 @@ def test_compile_option_runs_through_the_engine():
 
 
 def _target_updates(mode, **extra):
-    """The engine's per-round target updates and step counts, captured by a spy method."""
-    seen = []
-
-    class Spy(methods.FedGP):
-        name = "test_spy_target"
-        label = "Spy"
-
-        def aggregate(self, info, res, theta):
-            if res.target_update is not None:
-                seen.append((res.target_update.clone().cpu(), res.target_steps,
-                             {k: v.clone().cpu() for k, v in res.target_buffers.items()}))
-            return super().aggregate(info, res, theta)
-
-    methods.register_method(Spy)
-    try:
-        result = run_experiment(**{**SETTING, "rule": "test_spy_target", **extra}, device="cpu", client_batching=mode)
-    finally:
-        methods._REGISTRY.pop("test_spy_target")
-    return seen, result
+    """The engine's per-round target updates, step counts and BatchNorm statistics, captured by a spy method."""
+    return _spied("cpu", mode, lambda res: None if res.target_update is None else (
+        res.target_update.clone().cpu(), res.target_steps, {k: v.clone().cpu() for k, v in res.target_buffers.items()}),
+        **extra)
 
 
 @pytest.mark.parametrize("model", [{}, dict(model="mnist_cnn", model_options={"norm": "batch"}, source_fraction=0.05,
