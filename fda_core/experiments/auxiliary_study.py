@@ -79,10 +79,11 @@ def paper_methods(rows: Sequence[str] | None = None, *, beta_paper: float = 0.5,
 
 def run_methods(methods: Mapping[str, Any], base: Mapping[str, Any], *, seeds: Sequence[int],
                 variants: Sequence[Mapping[str, Any]] = ({},), store: Any = None, experiment: str = "07",
-                progress: bool = False) -> list[dict[str, Any]]:
+                progress: bool = False, workers: int = 1) -> list[dict[str, Any]]:
     """Run every method (``{row: spec}``) × variant (config overrides; a ``"labels"`` mapping only labels) ×
     seed through the result store. Each trial's seed is also the data set's seed (its partition and
-    subsets), so trials differ in data and initialisation. Returns the results with ``labels``: ``row``,
+    subsets), so trials differ in data and initialisation. ``workers``: runs computed side by side, each in its own
+    process (:func:`fda_core.experiments.federated.run_many`). Returns the results with ``labels``: ``row``,
     ``method`` (display label), ``trial`` and the variant's labels."""
     if not methods:
         raise ValueError("methods must name at least one method")
@@ -98,7 +99,7 @@ def run_methods(methods: Mapping[str, Any], base: Mapping[str, Any], *, seeds: S
                 configs.append({**base, **var, "dataset_options": {**opts, "seed": int(seed)}, "seed": int(seed),
                                 "rule": m.name, "method_options": m.option_values})
                 labels.append({"row": row, "method": m.display_label, "trial": trial, **dict(variant.get("labels", {}))})
-    return run_many(configs, store=store, experiment=experiment, labels=labels, progress=progress)
+    return run_many(configs, store=store, experiment=experiment, labels=labels, progress=progress, workers=workers)
 
 
 def runs_table(results: Sequence[Mapping[str, Any]]) -> pd.DataFrame:

@@ -24,6 +24,7 @@ rate defaults to 1/5 of the sources' (auto-weighted paper App. C.2).
 
 from __future__ import annotations
 
+import json
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -666,17 +667,26 @@ def code_revision_of(rule: str) -> str:
 
 def run_many(configs: Iterable[Mapping[str, Any]], *, store: Any = None, experiment: str = "federated",
              progress: bool = True, labels: Sequence[Mapping[str, Any]] | None = None,
-             on_result: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+             on_result: Callable[[dict[str, Any]], None] | None = None, workers: int = 1) -> list[dict[str, Any]]:
     """Run every config (skipping those already in ``store``, a :class:`fda_core.common.store.ResultStore`
     or a folder), saving each finished run atomically, so an interrupted sweep resumes where it stopped.
     A stored run is reused only when the code it ran is unchanged (:func:`code_revision_of`); ``store``'s
     ``summary()`` says how many runs were reused, from which revision, and how many were computed.
 
     ``labels`` (one mapping per config, e.g. {"method": "FedGP"}) are attached to each returned result
-    under ``"labels"``. Returns the results in order.
-    """
-    from ..common.store import ResultStore
+    under ``"labels"``. ``on_result(result)`` is called for each, in the configs' order. Returns the results in
+    order.
 
+    ``workers`` (≥ 1): the runs to compute are computed that many at a time, each in its own spawned process
+    (:mod:`fda_core.experiments.worker_pool`: on a GPU launch-bound runs share the device; on a CPU each worker
+    gets ``threads // workers`` torch threads); results are saved as they finish and returned in order, the same
+    whatever ``workers`` on a GPU, and on a CPU at equal thread counts. Configs that repeat a run of the list
+    (same store key) are computed once when there is a store, and read back from it, as one after another.
+    """
+    from ..common.store import ResultStore, config_hash
+    from .worker_pool import check_workers, compute_side_by_side
+
+    workers = check_workers(workers)
     configs = [dict(cfg) for cfg in configs]
     labels = list(labels) if labels is not None else [{} for _ in configs]
     if len(labels) != len(configs):
@@ -684,25 +694,59 @@ def run_many(configs: Iterable[Mapping[str, Any]], *, store: Any = None, experim
     resolved = [make_config(**cfg) for cfg in configs]  # validate everything before the first run
     if store is not None and not isinstance(store, ResultStore):
         store = ResultStore(store)
+    keys = [store_key(c) for c in resolved]
+    revisions = ({rule: code_revision_of(rule) for rule in dict.fromkeys(c["rule"] for c in resolved)}
+                 if store is not None else {})
+    results: list[dict[str, Any] | None] = [None] * len(resolved)
+    to_compute: list[int] = []  # indices of the runs to compute
+    repeats: dict[int, list[int]] = {}  # index computed -> later indices of the same run (read back from the store)
+    first_of: dict[str, int] = {}
+    for i, (c, key) in enumerate(zip(resolved, keys)):
+        if store is None or store.recompute:  # recompute: every run computed, as one after another
+            to_compute.append(i)
+            continue
+        h = config_hash(key)
+        if h in first_of:
+            repeats[first_of[h]].append(i)
+            continue
+        found = store.load(experiment, key, revisions[c["rule"]])
+        if found is not None:
+            results[i] = found
+            continue
+        first_of[h] = i
+        repeats[i] = []
+        to_compute.append(i)
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(resolved), desc=experiment)
-    out = []
-    revisions: dict[str, str] = {}
-    for c, lab in zip(resolved, labels):
-        key = store_key(c)
-        if store is not None and c["rule"] not in revisions:
-            revisions[c["rule"]] = code_revision_of(c["rule"])
-        res = (store.cached(experiment, key, lambda: run_experiment(**c), revisions[c["rule"]]) if store is not None
-               else run_experiment(**c))
-        res = {**res, "labels": dict(lab)}
-        out.append(res)
-        if on_result:
-            on_result(res)
+        bar = tqdm(total=len(resolved), desc=experiment, initial=sum(r is not None for r in results))
+    out: list[dict[str, Any]] = []
+
+    def emit_ready() -> None:  # the finished prefix, in order
+        while len(out) < len(results) and results[len(out)] is not None:
+            res = {**results[len(out)], "labels": dict(labels[len(out)])}
+            out.append(res)
+            if on_result:
+                on_result(res)
+
+    def describe(j: int) -> str:
+        c = resolved[to_compute[j]]
+        return (f"run {to_compute[j] + 1} of {len(resolved)} of {experiment!r} (rule {c['rule']!r}, dataset "
+                f"{c['dataset']!r}, target {c['target']!r}, seed {c['seed']})")
+
+    emit_ready()
+    for j, res in compute_side_by_side([resolved[i] for i in to_compute], workers, describe=describe):
+        i = to_compute[j]
+        if store is not None:  # as ResultStore.cached: saved, and returned as a later load returns it
+            store.save(experiment, keys[i], res, revisions[resolved[i]["rule"]])
+            res = json.loads(json.dumps(res, sort_keys=True, default=str))
+            for r in repeats.get(i, ()):
+                results[r] = store.load(experiment, keys[r], revisions[resolved[r]["rule"]])
+        results[i] = res
         if bar is not None:
-            bar.update(1)
+            bar.update(1 + len(repeats.get(i, ())))
+        emit_ready()
     if bar is not None:
         bar.close()
     return out

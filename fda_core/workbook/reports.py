@@ -119,6 +119,7 @@ def compare_methods(
     progress: bool = True,
     tuned: Mapping[Any, Mapping[str, Mapping[str, Any]]] | None = None,
     per_method: Mapping[str, Mapping[str, Any]] | None = None,
+    workers: int = 1,
 ) -> Comparison:
     """Run every (variant × target × method × seed) through the result store and report it.
 
@@ -149,6 +150,7 @@ def compare_methods(
             (accuracy against ``across``, one line per row), or None.
         timings_stem: write the runs' wall-clock seconds to ``executed/timings/<timings_stem>/<name>.csv``
             (never into the result CSVs); with ``quick`` (a quick run) under ``executed/quick/timings/``.
+        workers: runs computed side by side, each in its own process (:func:`fda_core.experiments.federated.run_many`).
     """
     if value not in STATISTICS:
         raise ValueError(f"value must be one of {sorted(STATISTICS)}, got {value!r}")
@@ -156,7 +158,7 @@ def compare_methods(
                                     per_method=per_method)
     if store is not None and not isinstance(store, ResultStore):
         store = ResultStore(store)
-    results = run_many(configs, store=store, experiment=experiment, labels=labels, progress=progress)
+    results = run_many(configs, store=store, experiment=experiment, labels=labels, progress=progress, workers=workers)
     runs = results_table(results)
     order = _row_order(methods, configs, labels) if by == "method" else None
     formatted, means, stds = summary_table(runs, by=(by,), across=across, value=value, order=order)

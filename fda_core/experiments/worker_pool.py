@@ -1,0 +1,157 @@
+"""Runs computed side by side in worker processes: ``run_many(..., workers=N)`` (``docs/architecture.md``
+§ Runs side by side).
+
+A sweep's runs are independent: each is a function of its config and seed. With ``workers`` > 1 the runs the
+result store does not hold are computed in ``workers`` spawned processes, each running
+:func:`fda_core.experiments.federated.run_experiment` on one config at a time, and the calling process saves each
+result to the store as it arrives (so an interrupted sweep keeps every finished run) and returns them in the
+configs' order.
+
+Where it pays: on a GPU a small model's round is launch-bound (the device idles between tiny kernels), so runs
+launched from several processes share the device; on a CPU with more cores than one run uses. Not on the
+2-core reference machine, whose two cores already run two notebooks at once (``fda run all --jobs 2``).
+
+What a worker finds: a spawned process imports ``fda_core`` afresh, so it knows the built-in methods, datasets
+and models, and imports the modules that registered the others the configs name. A method, dataset or model
+defined in ``__main__`` (a notebook cell, a script) cannot be imported there: such a sweep runs in this process,
+one run after another, with a warning saying why.
+
+Threads: each worker runs torch on ``max(1, threads // workers)`` CPU threads, where ``threads`` is this
+process's :func:`torch.get_num_threads`. On a CPU the thread count can change a result's last digits (the order
+of a parallel sum), so a run computed by a worker equals the one computed here bit for bit when both use the same
+number of threads (e.g. ``OMP_NUM_THREADS=1``); on a GPU the device computes the same either way.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import importlib
+import importlib.util
+import multiprocessing
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+__all__ = ["check_workers", "worker_modules", "worker_threads", "compute_side_by_side"]
+
+
+def check_workers(workers: Any) -> int:
+    """``workers`` as an int ≥ 1; ValueError naming the parameter otherwise (a bool is not a count)."""
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an integer ≥ 1 (runs computed side by side), got {workers!r}")
+    return workers
+
+
+def _defining_module(obj: Any) -> str | None:
+    """The module that defines ``obj`` (a class, a function, or a functools.partial of one)."""
+    while isinstance(obj, functools.partial):
+        obj = obj.func
+    return getattr(obj, "__module__", None)
+
+
+def worker_modules(configs: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, ...], list[str]]:
+    """What worker processes must import to find every method, dataset and model the (resolved) configs name:
+    the defining modules outside ``fda_core`` (``fda_core``'s own register on import), sorted; and one line per
+    piece that no worker can import (defined in ``__main__`` or in a module that cannot be found), empty when
+    the configs can run in workers."""
+    from ..data.datasets.base import _REGISTRY as datasets
+    from ..data.models import _MODELS as models
+    from .methods import method_class
+
+    modules: set[str] = set()
+    blockers: list[str] = []
+    seen: set[tuple[str, str]] = set()
+    for c in configs:
+        for kind, name, obj in (("method", c["rule"], method_class(c["rule"])),
+                                ("dataset", c["dataset"], datasets.get(c["dataset"])),
+                                ("model", c["model"], models.get(c["model"]))):
+            if (kind, name) in seen or obj is None:
+                continue
+            seen.add((kind, name))
+            module = _defining_module(obj)
+            if module is None or module == "fda_core" or module.startswith("fda_core."):
+                continue
+            if module == "__main__" or importlib.util.find_spec(module) is None:
+                blockers.append(f"{kind} {name!r} is defined in {module!r} (a notebook cell or a script), which a "
+                                "worker process cannot import")
+                continue
+            modules.add(module)
+    return tuple(sorted(modules)), blockers
+
+
+def worker_threads(workers: int) -> int:
+    """The torch CPU threads of each of ``workers`` workers: this process's share, at least 1."""
+    import torch
+
+    return max(1, torch.get_num_threads() // workers)
+
+
+def _start_worker(threads: int, modules: tuple[str, ...]) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+    for module in modules:  # registers the methods, datasets and models defined outside fda_core
+        importlib.import_module(module)
+
+
+def _run_config(config: dict[str, Any]) -> dict[str, Any]:
+    from .federated import run_experiment
+
+    return run_experiment(**config)
+
+
+def _stop(pool: concurrent.futures.ProcessPoolExecutor) -> None:
+    """Cancel what has not started and end the workers now (an interrupted or failed sweep must not wait for the
+    runs in flight; those already finished are saved). ``ProcessPoolExecutor`` has no public way to end its
+    processes before Python 3.14."""
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        process.terminate()
+
+
+def compute_side_by_side(configs: Sequence[dict[str, Any]], workers: int, *,
+                         describe: Callable[[int], str] = lambda i: f"run {i + 1}") -> Iterator[tuple[int, dict[str, Any]]]:
+    """Compute ``run_experiment(**configs[i])`` for every i in up to ``workers`` spawned processes; yield
+    ``(i, result)`` as each finishes (in the order they finish).
+
+    When a run raises, the runs not yet started are cancelled, those in flight finish and are yielded, and then
+    the run's exception is re-raised with a note naming it (``describe(i)``); when the caller is interrupted
+    (or stops iterating), the workers are ended at once. Runs whose pieces a worker
+    cannot import (:func:`worker_modules`) are computed here, one after another, after a warning."""
+    workers = check_workers(workers)
+    if not configs:
+        return
+    modules, blockers = worker_modules(configs) if workers > 1 and len(configs) > 1 else ((), [])
+    if blockers:
+        warnings.warn(f"workers={workers}: " + "; ".join(blockers) + f"; computing the {len(configs)} run(s) in "
+                      "this process, one after another", RuntimeWarning, stacklevel=3)
+    if blockers or workers == 1 or len(configs) == 1:
+        for i, config in enumerate(configs):
+            yield i, _run_config(config)
+        return
+    n = min(workers, len(configs))
+    pool = concurrent.futures.ProcessPoolExecutor(
+        max_workers=n, mp_context=multiprocessing.get_context("spawn"),  # spawn: CUDA cannot be forked
+        initializer=_start_worker, initargs=(worker_threads(n), modules))
+    failure: BaseException | None = None
+    try:
+        futures = {pool.submit(_run_config, config): i for i, config in enumerate(configs)}
+        for future in concurrent.futures.as_completed(futures):
+            i = futures[future]
+            if future.cancelled():
+                continue
+            exc = future.exception()
+            if exc is None:
+                yield i, future.result()
+            elif failure is None:  # cancel what has not started; the runs in flight finish and are yielded
+                exc.add_note(f"in {describe(i)}, computed in a worker process (workers={workers})")
+                failure = exc
+                for other in futures:
+                    other.cancel()
+    except BaseException:  # interrupted, or the caller stopped: end the workers now
+        _stop(pool)
+        raise
+    pool.shutdown(wait=True)
+    if failure is not None:
+        raise failure

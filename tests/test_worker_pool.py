@@ -1,0 +1,222 @@
+"""Runs side by side in worker processes (fda_core.experiments.worker_pool, ``run_many(..., workers=N)``): the
+same results as one after another, bit for bit at equal thread counts; the store's reuse and resume; a failing
+run named, with the runs in flight kept; pieces defined outside fda_core imported by the workers; pieces no
+worker can import computed here; bad counts refused. Each test that starts workers has a timeout."""
+
+import json
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from fda_core.common.store import ResultStore
+from fda_core.experiments import federated, worker_pool
+from fda_core.experiments.federated import run_many
+from fda_core.experiments.methods import _REGISTRY as METHODS
+from fda_core.experiments.methods import FedDA
+
+# A plug-in module, as a user would write one: a tiny 3-environment data set and a method, registered on import.
+# The workers find both only by importing it (worker_pool.worker_modules).
+PLUGIN = textwrap.dedent('''
+    import torch
+    from fda_core.data.datasets.base import register_dataset
+    from fda_core.experiments.methods import FedGP, register_method
+
+    class WorkerBlobs:
+        ENVIRONMENTS = ["e0", "e1", "e2"]
+        input_shape = (1, 4, 4)
+        num_classes = 3
+        default_target = None
+
+        def __init__(self, n=160, seed=0, fail=False):
+            if fail:
+                raise RuntimeError("this data set was asked to fail")
+            g = torch.Generator().manual_seed(seed)
+            self.data = []
+            for e in range(3):
+                y = torch.randint(0, 3, (n,), generator=g)
+                x = torch.randn(n, 1, 4, 4, generator=g) + (y[:, None, None, None] - 1) * (0.6 + 0.4 * e)
+                self.data.append((x, y))
+
+        def __len__(self):
+            return 3
+
+        def __getitem__(self, i):
+            return self.data[i]
+
+        def env_index(self, env):
+            if isinstance(env, int) and 0 <= env < 3:
+                return env
+            return self.ENVIRONMENTS.index(env)
+
+    register_dataset("WorkerBlobs", WorkerBlobs, overwrite=True)
+
+    @register_method
+    class PluginGP(FedGP):
+        name = "plugin_gp"
+        label = "Plugin GP"
+''')
+
+BASE = dict(dataset="WorkerBlobs", target=0, rounds=3, warmup_rounds=1, n_target_labeled=24, target_batch_size=6,
+            source_lr=0.02, model="mlp", source_batch_size=32, device="cpu")
+
+
+@pytest.fixture
+def plugin(tmp_path, monkeypatch):
+    """Import the plug-in from a folder on sys.path (spawned workers get the same sys.path); unregister after."""
+    (tmp_path / "fda_worker_plugin.py").write_text(PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    module = importlib.import_module("fda_worker_plugin")
+    from fda_core.data.datasets import base
+
+    yield module
+    base._REGISTRY.pop("WorkerBlobs", None)
+    METHODS.pop("plugin_gp", None)
+    sys.modules.pop("fda_worker_plugin", None)
+
+
+@pytest.fixture
+def one_thread():
+    """Runs here and in the workers on one thread each, so that both compute the same bits."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _without_seconds(results):
+    return json.dumps([{k: v for k, v in r.items() if k != "seconds"} for r in results], sort_keys=True, default=str)
+
+
+@pytest.mark.parametrize("workers", [0, -1, True, 1.5, "2", None])
+def test_bad_worker_counts_are_refused_before_anything_runs(workers, tmp_path):
+    with pytest.raises(ValueError, match=r"workers must be an integer ≥ 1"):
+        run_many([{**BASE, "dataset": "MNIST", "rule": "fedgp"}], store=tmp_path, workers=workers, progress=False)
+    assert not list(tmp_path.iterdir())
+
+
+def test_worker_modules_name_what_a_worker_must_import(plugin):
+    configs = [federated.make_config(**BASE, rule=r) for r in ("plugin_gp", "fedgp")]
+    modules, blockers = worker_pool.worker_modules(configs)
+    assert modules == ("fda_worker_plugin",) and blockers == []
+    builtin = [federated.make_config(**{**BASE, "dataset": "MNIST"}, rule="fedgp")]
+    assert worker_pool.worker_modules(builtin) == ((), [])
+    assert worker_pool.worker_threads(10**6) == 1
+
+
+@pytest.mark.timeout(300)
+def test_workers_give_the_runs_of_one_after_another_bit_for_bit(plugin, one_thread, tmp_path):
+    configs = [{**BASE, "rule": r, "seed": s} for r in ("plugin_gp", "fedda", "target_only") for s in (0, 1)]
+    labels = [{"k": i} for i in range(len(configs))]
+    here = run_many(configs, progress=False, labels=labels)
+    seen = []
+    side = run_many(configs, progress=False, labels=labels, workers=2, on_result=lambda r: seen.append(r["labels"]["k"]))
+    assert _without_seconds(side) == _without_seconds(here)
+    assert seen == list(range(len(configs)))  # on_result in the configs' order, whichever finished first
+    assert [r["method"] for r in side[:2]] == ["Plugin GP", "Plugin GP"]  # the plug-in's method ran in the workers
+
+    # through the store: saved as they finish; a repeated config computed once; a second sweep reuses them all
+    store = ResultStore(tmp_path)
+    stored = run_many(configs + configs[:2], store=store, experiment="w", progress=False, workers=3,
+                      labels=labels + labels[:2])
+    assert store.counts["w"] == {"reused": 2, "computed": 6, "stale": 0}
+    assert len(list((tmp_path / "w").glob("*.json"))) == 6
+    assert _without_seconds(stored[:6]) == _without_seconds(here)
+    assert stored[6:] == stored[:2] and stored[0] is not stored[6]  # read back from the store: equal, not shared
+    again = ResultStore(tmp_path)
+    assert run_many(configs, store=again, experiment="w", progress=False, workers=2, labels=labels) == stored[:6]
+    assert again.counts["w"] == {"reused": 6, "computed": 0, "stale": 0}
+
+
+@pytest.mark.timeout(300)
+def test_a_failing_run_is_named_and_the_finished_runs_are_kept(plugin, tmp_path):
+    good = [{**BASE, "rule": "fedda", "seed": s} for s in (0, 1, 2)]
+    bad = {**BASE, "rule": "fedgp", "dataset_options": {"fail": True}}
+    store = ResultStore(tmp_path)
+    with pytest.raises(RuntimeError, match="asked to fail") as info:
+        run_many([good[0], bad, *good[1:]], store=store, experiment="f", progress=False, workers=2)
+    note = "\n".join(getattr(info.value, "__notes__", []))
+    assert "run 2 of 4 of 'f' (rule 'fedgp', dataset 'WorkerBlobs'" in note and "worker process" in note
+    # the run before the failure, and any in flight, finished and were saved; the rest resume later
+    kept = [ResultStore(tmp_path).load("f", federated.store_key(federated.make_config(**g))) for g in good]
+    assert kept[0] is not None
+    assert len(list((tmp_path / "f").glob("*.json"))) == sum(k is not None for k in kept)
+    resumed = ResultStore(tmp_path)
+    run_many(good, store=resumed, experiment="f", progress=False, workers=2)
+    assert resumed.counts["f"]["reused"] == sum(k is not None for k in kept)
+
+
+def test_a_method_of_a_notebook_cell_runs_here_with_a_warning(plugin, tmp_path):
+    class CellFedDA(FedDA):  # as if defined in a notebook cell: its module is __main__
+        name = "cell_fedda_for_workers"
+        label = "Cell FedDA"
+
+    CellFedDA.__module__ = "__main__"
+    METHODS[CellFedDA.name] = CellFedDA
+    try:
+        configs = [{**BASE, "rule": CellFedDA.name, "seed": s} for s in (0, 1)]
+        with pytest.warns(RuntimeWarning, match=r"method 'cell_fedda_for_workers' is defined in '__main__'.*"
+                                                r"computing the 2 run\(s\) in this process"):
+            out = run_many(configs, progress=False, workers=2)
+        assert [r["method"] for r in out] == ["Cell FedDA"] * 2
+        assert _without_seconds(out) == _without_seconds(run_many(configs, progress=False))
+    finally:
+        METHODS.pop(CellFedDA.name, None)
+
+
+@pytest.mark.timeout(300)
+def test_an_interrupted_sweep_ends_its_workers_and_keeps_what_finished(plugin, tmp_path):
+    import multiprocessing
+    import time
+
+    configs = [{**BASE, "rule": "fedda", "seed": s} for s in range(6)]
+
+    def interrupt(res):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_many(configs, store=tmp_path, experiment="i", progress=False, workers=2, on_result=interrupt)
+    saved = len(list((tmp_path / "i").glob("*.json")))
+    assert 1 <= saved < len(configs)  # the first finished run was saved before the stop; not all ran
+    deadline = time.monotonic() + 30
+    while multiprocessing.active_children() and time.monotonic() < deadline:  # ended, not left running
+        time.sleep(0.1)
+    assert multiprocessing.active_children() == []
+
+
+NOTEBOOK_CELL = '''
+import json, torch
+torch.set_num_threads(1)
+import fda_worker_plugin  # registers WorkerBlobs and plugin_gp; the workers import it too
+from fda_core.experiments.federated import run_many
+base = {base!r}
+configs = [dict(base, rule=r, seed=s) for r in ("plugin_gp", "fedda") for s in (0, 1)]
+strip = lambda rs: json.dumps([{{k: v for k, v in r.items() if k != "seconds"}} for r in rs], sort_keys=True)
+side = run_many(configs, progress=False, workers=workers)
+assert strip(side) == strip(run_many(configs, progress=False)), "workers changed the results"
+print("side by side:", len(side), "runs")
+'''
+
+
+@pytest.mark.timeout(300)
+def test_workers_start_from_a_jupyter_kernel(tmp_path):
+    """The notebooks' case: a Jupyter kernel's __main__ is ipykernel's, which spawned workers re-import by name."""
+    import nbformat
+
+    from fda_core.workbook.runner import execute
+
+    (tmp_path / "fda_worker_plugin.py").write_text(PLUGIN)
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell("workers: int = 1  # runs side by side ≥ 1")
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell(NOTEBOOK_CELL.format(base=BASE))]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, tmp_path / "side.ipynb")
+    res = execute(tmp_path / "side.ipynb", tmp_path / "out.ipynb", {"workers": 2}, cwd=tmp_path, progress_bar=False,
+                  execution_timeout=240, stall_timeout=120)
+    assert res.ok, res.error_summary()
+    out = nbformat.read(tmp_path / "out.ipynb", as_version=4)
+    assert "side by side: 4 runs" in "".join(o.get("text", "") for o in out.cells[-1].outputs)
