@@ -14,15 +14,19 @@
 # 900 s of device time, the start (~100 s) included, and a warm machine goes back after 30 s idle: plan one long call.
 # Next lease, first call (carry [".whl"] from `gpu_wheels.sh --slim`, 38 MB with POT and SurvSet; .gpudata/MNIST only
 # for inb-full and nb04full; timeout_s 600, DEADLINE_S=565, NB_LIMIT=330):
-#   gputest-cuda kernels agg hostwork fedcompgn nb07p nb05p   (gputest-cuda: the new sync counts of tensor arguments, 1 for host
-#   tensors and 3 for device tensors, the flat form through the kernels and the prepared rule's CUDA graph
-#   (tests/test_prepared.py) are unverified on a GPU; agg: flat+out now runs the layer-wise kernels with one segment,
-#   and the `prepared` forms replay them from a CUDA graph (both unmeasured); kernels: the late launch, now the default,
-#   against its `early reduction` row, and the `prepared` row; hostwork: the prepared form's host work; fedcompgn:
-#   client_batching="compile" now trains the target client through the compiled objective too (3.7-4.8x before); nb07p: notebook 07 at paper scale, which stopped at its first run before the batched-client fix;
-#   nb05p: 327 of 649 runs took 570 s on an H200 on 2026-11-26, but those runs were made by c6b38ba and the code in
-#   the notebook's import closure changed since, so they are recomputed), then the paper-scale notebooks one per
-#   call with NB_LIMIT, carrying .gpustore.
+#   gputest-cuda kernels agg hostwork fedcompgn parallel nb07p nb05p   (gputest-cuda: the new sync counts of tensor
+#   arguments, 1 for host tensors and 3 for device tensors, the flat form through the kernels and the prepared rule's
+#   CUDA graph (tests/test_prepared.py) are unverified on a GPU; agg: flat+out now runs the layer-wise kernels with one
+#   segment, and the `prepared` forms replay them from a CUDA graph (both unmeasured); kernels: the late launch, now
+#   the default, against its `early reduction` row, and the `prepared` row; hostwork: the prepared form's host work;
+#   fedcompgn: client_batching="compile" now trains the target client through the compiled objective too (3.7-4.8x
+#   before); parallel: runs side by side on the device (benchmarks/parallel_runs.py, workers 2, 4, 8: never measured
+#   on a GPU), whose best count the notebook steps then use; nb07p: notebook 07 at paper scale, which stopped at its
+#   first run before the batched-client fix; nb05p: 327 of 649 runs took 570 s on an H200 on 2026-11-26, one at a
+#   time (those runs were made by c6b38ba and the code in the notebook's import closure changed since, so they are
+#   recomputed), now with `workers`), then the paper-scale notebooks one per call with NB_LIMIT, carrying .gpustore.
+# The notebook steps 04, 05 and 07 compute WORKERS runs side by side (-p workers; default: the best count of this
+# call's `parallel` step, else 4).
 # The notebook steps keep their finished runs in .gpustore (STORE), which comes back as store.tgz inside the session's
 # archive: `bash benchmarks/gpu_unpack.sh FILES_AT` unpacks both here (logs to results/gpu-runs/, the store into
 # .gpustore), and carrying .gpustore lets the next call, or the next lease, resume where this one stopped (runs are
@@ -50,6 +54,11 @@ step() {  # step NAME LIMIT_S COMMAND...
   local t1=$(date +%s%N)
   printf '=== %s rc=%s wall=%ss\n' "$name" "$rc" "$(( (t1 - t0) / 1000000000 ))" | tee -a "$OUT/steps.txt"
   tail -n 25 "$OUT/$name.log"
+}
+workers() {  # the notebooks' `workers`: $WORKERS, else the fastest count of this call's parallel step, else 4
+  if [ -n "${WORKERS:-}" ]; then echo "$WORKERS"; return; fi
+  python3 -c "import json, sys; r = json.load(open(sys.argv[1]))['ratio_over_1']; k = max(r, key=r.get); print(k if r[k] > 1 else 1)" \
+    "$OUT/parallel.json" 2>/dev/null || echo 4
 }
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import torch, sys; print(sys.version.split()[0], torch.__version__, torch.cuda.get_device_name(0))" | tee -a "$OUT/gpu.txt"
@@ -79,16 +88,18 @@ for s in "$@"; do
     fedcompgn) step fedcompgn 300 python3 benchmarks/federated.py --device cuda --compiled --model mnist_cnn --norm group --json "$OUT/fedcompgn.json" ;;
     fedbn) step fedbn 150 python3 benchmarks/federated.py --device cuda --model mnist_cnn --json "$OUT/fedbn.json" ;;
     fedgn) step fedgn 150 python3 benchmarks/federated.py --device cuda --model mnist_cnn --norm group --json "$OUT/fedgn.json" ;;
+    # runs side by side in worker processes against one at a time (notebook 05's paper-settings runs, 20 rounds)
+    parallel) step parallel 240 python3 benchmarks/parallel_runs.py --device cuda --runs 16 --rounds 20 --workers 2 4 8 --json "$OUT/parallel.json" ;;
     fedcpu) step fedcpu 300 python3 benchmarks/federated.py --device cpu --json "$OUT/fedcpu.json" ;;
     nb02) step nb02 150 python3 -m fda_core run 02 -p results_dir "$STORE" -p paper_scale true --out /tmp/executed --no-progress ;;
-    nb04p) step nb04p "${NB_LIMIT:-130}" python3 -m fda_core run 04 -p results_dir "$STORE" -p model mnist_cnn -p rounds 50 -p trials 5 --out /tmp/executed --no-progress ;;
-    nb05p) step nb05p "${NB_LIMIT:-150}" python3 -m fda_core run 05 -p results_dir "$STORE" -p paper_scale true --out /tmp/executed --no-progress ;;
+    nb04p) step nb04p "${NB_LIMIT:-130}" python3 -m fda_core run 04 -p results_dir "$STORE" -p model mnist_cnn -p rounds 50 -p trials 5 -p workers "$(workers)" --out /tmp/executed --no-progress ;;
+    nb05p) step nb05p "${NB_LIMIT:-150}" python3 -m fda_core run 05 -p results_dir "$STORE" -p paper_scale true -p workers "$(workers)" --out /tmp/executed --no-progress ;;
     # the full data sets, carried as .gpudata (benchmarks/gpu_data.sh): notebook 04 at the paper's scale on full MNIST,
     # notebook 05's paper-settings test on full Fashion-MNIST (as committed under figures/05_semi_synthetic/fashion_mnist)
-    nb04full) step nb04full "${NB_LIMIT:-300}" python3 -m fda_core run 04 -p results_dir "$STORE" -p paper_scale true -p data_root .gpudata --out /tmp/executed --no-progress ;;
-    nb05full) step nb05full "${NB_LIMIT:-300}" python3 -m fda_core run 05 -p results_dir "$STORE" -p base fashion_mnist -p data_root .gpudata -p sections '["faithful"]' -p faithful_settings '["paper", "reference"]' -p faithful_trials 3 -p figures_dir /tmp/nb05full --out /tmp/executed --no-progress ;;
+    nb04full) step nb04full "${NB_LIMIT:-300}" python3 -m fda_core run 04 -p results_dir "$STORE" -p paper_scale true -p data_root .gpudata -p workers "$(workers)" --out /tmp/executed --no-progress ;;
+    nb05full) step nb05full "${NB_LIMIT:-300}" python3 -m fda_core run 05 -p results_dir "$STORE" -p base fashion_mnist -p data_root .gpudata -p sections '["faithful"]' -p faithful_settings '["paper", "reference"]' -p faithful_trials 3 -p figures_dir /tmp/nb05full -p workers "$(workers)" --out /tmp/executed --no-progress ;;
     nb06) step nb06 200 python3 -m fda_core run 06 -p results_dir "$STORE" --out /tmp/executed --no-progress ;;
-    nb07p) step nb07p "${NB_LIMIT:-110}" python3 -m fda_core run 07 -p results_dir "$STORE" -p paper_scale true --out /tmp/executed --no-progress ;;
+    nb07p) step nb07p "${NB_LIMIT:-110}" python3 -m fda_core run 07 -p results_dir "$STORE" -p paper_scale true -p workers "$(workers)" --out /tmp/executed --no-progress ;;
     nb08p) step nb08p "${NB_LIMIT:-200}" python3 -m fda_core run 08 -p results_dir "$STORE" -p paper_scale true --out /tmp/executed --no-progress ;;
     inb) step inb 170 python3 benchmarks/inb.py --device cuda --threads 0 --json "$OUT/inb.json" ;;
     # the paper's size: 1,000 digits per class of full MNIST (carry .gpudata/MNIST and POT: gpu_wheels.sh --pot-only)

@@ -244,3 +244,15 @@ def test_kernel_code_reads_instructions_and_needs_triton(capsys):
         with pytest.raises(SystemExit):
             bench.main(["--against", "HEAD"])
         assert ".venv/triton" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(300)
+def test_parallel_runs_benchmark_smoke():
+    """benchmarks/parallel_runs.py --quick times one sweep with workers 1 and 2 and checks their results equal."""
+    before = torch.get_num_threads()
+    try:
+        out = _load("parallel_runs").main(["--quick", "--device", "cpu"])
+    finally:
+        torch.set_num_threads(before)
+    assert set(out["seconds"]) == {1, 2} and all(t > 0 for t in out["seconds"].values())
+    assert out["threads_here"] == 1 and out["ratio_over_1"][2] > 0

@@ -220,3 +220,58 @@ def test_workers_start_from_a_jupyter_kernel(tmp_path):
     assert res.ok, res.error_summary()
     out = nbformat.read(tmp_path / "out.ipynb", as_version=4)
     assert "side by side: 4 runs" in "".join(o.get("text", "") for o in out.cells[-1].outputs)
+
+
+SCRIPT = '''
+import sys
+sys.path.insert(0, {folder!r})
+import fda_worker_plugin
+from fda_core.experiments.federated import run_many
+
+if __name__ == "__main__":
+    configs = [dict({base!r}, rule="fedda", seed=s, rounds=40) for s in range(200)]
+    run_many(configs, progress=False, workers=2)
+'''
+
+
+def _children(pid: int) -> set[int]:
+    out = set()
+    for task in __import__("pathlib").Path(f"/proc/{pid}/task").glob("*/children"):
+        out |= {int(x) for x in task.read_text().split()}
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = __import__("pathlib").Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.timeout(300)
+def test_workers_end_when_the_process_that_started_them_is_killed(tmp_path):
+    import signal
+    import subprocess
+    import time
+
+    (tmp_path / "fda_worker_plugin.py").write_text(PLUGIN)
+    (tmp_path / "sweep.py").write_text(SCRIPT.format(folder=str(tmp_path), base=BASE))
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "sweep.py")], cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        while len(_children(proc.pid)) < 3 and time.monotonic() < deadline:  # 2 workers + the resource tracker
+            time.sleep(0.2)
+        started = _children(proc.pid)
+        assert len(started) >= 3, f"the sweep's workers did not start (children {started})"
+        time.sleep(2)  # the workers are computing
+        proc.send_signal(signal.SIGKILL)  # no clean-up runs in the caller
+        proc.wait(30)
+        deadline = time.monotonic() + 60
+        while any(_alive(p) for p in started) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [p for p in started if _alive(p)], "workers outlived the process that started them"
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -29,6 +29,9 @@ import functools
 import importlib
 import importlib.util
 import multiprocessing
+import os
+import threading
+import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -87,9 +90,18 @@ def worker_threads(workers: int) -> int:
     return max(1, torch.get_num_threads() // workers)
 
 
+def _exit_with(parent: int, every_s: float = 1.0) -> None:
+    """End this worker when the process that started it is gone (killed, or a restarted Jupyter kernel): a pool's
+    worker waiting for its next run would otherwise wait for ever, holding its memory (and a CUDA context)."""
+    while os.getppid() == parent:
+        time.sleep(every_s)
+    os._exit(3)
+
+
 def _start_worker(threads: int, modules: tuple[str, ...]) -> None:
     import torch
 
+    threading.Thread(target=_exit_with, args=(os.getppid(),), name="exit-with-parent", daemon=True).start()
     torch.set_num_threads(threads)
     for module in modules:  # registers the methods, datasets and models defined outside fda_core
         importlib.import_module(module)
