@@ -6,6 +6,7 @@ worker can import computed here; bad counts refused. Each test that starts worke
 import json
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,36 +20,17 @@ from fda_core.experiments.methods import FedDA
 # A plug-in module, as a user would write one: a tiny 3-environment data set and a method, registered on import.
 # The workers find both only by importing it (worker_pool.worker_modules).
 PLUGIN = textwrap.dedent('''
-    import torch
+    import sys
+    sys.path.insert(0, TESTS_DIR)
+    from test_federated import Blobs
     from fda_core.data.datasets.base import register_dataset
     from fda_core.experiments.methods import FedGP, register_method
 
-    class WorkerBlobs:
-        ENVIRONMENTS = ["e0", "e1", "e2"]
-        input_shape = (1, 4, 4)
-        num_classes = 3
-        default_target = None
-
+    class WorkerBlobs(Blobs):
         def __init__(self, n=160, seed=0, fail=False):
             if fail:
                 raise RuntimeError("this data set was asked to fail")
-            g = torch.Generator().manual_seed(seed)
-            self.data = []
-            for e in range(3):
-                y = torch.randint(0, 3, (n,), generator=g)
-                x = torch.randn(n, 1, 4, 4, generator=g) + (y[:, None, None, None] - 1) * (0.6 + 0.4 * e)
-                self.data.append((x, y))
-
-        def __len__(self):
-            return 3
-
-        def __getitem__(self, i):
-            return self.data[i]
-
-        def env_index(self, env):
-            if isinstance(env, int) and 0 <= env < 3:
-                return env
-            return self.ENVIRONMENTS.index(env)
+            super().__init__(n, seed)
 
     register_dataset("WorkerBlobs", WorkerBlobs, overwrite=True)
 
@@ -56,7 +38,7 @@ PLUGIN = textwrap.dedent('''
     class PluginGP(FedGP):
         name = "plugin_gp"
         label = "Plugin GP"
-''')
+''').replace("TESTS_DIR", repr(str(Path(__file__).resolve().parent)))
 
 BASE = dict(dataset="WorkerBlobs", target=0, rounds=3, warmup_rounds=1, n_target_labeled=24, target_batch_size=6,
             source_lr=0.02, model="mlp", source_batch_size=32, device="cpu")
