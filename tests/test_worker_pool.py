@@ -212,7 +212,7 @@ from fda_core.experiments.federated import run_many
 
 if __name__ == "__main__":
     configs = [dict({base!r}, rule="fedda", seed=s, rounds=40) for s in range(200)]
-    run_many(configs, progress=False, workers=2)
+    run_many(configs, progress=False, workers=2, store={store!r}, experiment="k")
 '''
 
 
@@ -233,21 +233,26 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.timeout(300)
-def test_workers_end_when_the_process_that_started_them_is_killed(tmp_path):
+@pytest.mark.parametrize("when", ["starting", "computing"])
+def test_workers_end_when_the_process_that_started_them_is_killed(tmp_path, when):
+    """Killed while its workers still import (they must not take their adopter for their caller), or once they
+    compute (a run is in the store)."""
     import signal
     import subprocess
     import time
 
     (tmp_path / "fda_worker_plugin.py").write_text(PLUGIN)
-    (tmp_path / "sweep.py").write_text(SCRIPT.format(folder=str(tmp_path), base=BASE))
+    (tmp_path / "sweep.py").write_text(SCRIPT.format(folder=str(tmp_path), base=BASE, store=str(tmp_path / "store")))
     proc = subprocess.Popen([sys.executable, str(tmp_path / "sweep.py")], cwd=tmp_path)
     try:
         deadline = time.monotonic() + 120
         while len(_children(proc.pid)) < 3 and time.monotonic() < deadline:  # 2 workers + the resource tracker
-            time.sleep(0.2)
+            time.sleep(0.05)
         started = _children(proc.pid)
         assert len(started) >= 3, f"the sweep's workers did not start (children {started})"
-        time.sleep(2)  # the workers are computing
+        while when == "computing" and not list(tmp_path.glob("store/k/*.json")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert when == "starting" or list(tmp_path.glob("store/k/*.json")), "no run finished"
         proc.send_signal(signal.SIGKILL)  # no clean-up runs in the caller
         proc.wait(30)
         deadline = time.monotonic() + 60

