@@ -26,10 +26,17 @@ PLUGIN = textwrap.dedent('''
     from fda_core.data.datasets.base import register_dataset
     from fda_core.experiments.methods import FedGP, register_method
 
+    class PluginWarning(UserWarning):
+        pass
+
     class WorkerBlobs(Blobs):
-        def __init__(self, n=160, seed=0, fail=False):
+        def __init__(self, n=160, seed=0, fail=False, warn=False):
             if fail:
                 raise RuntimeError("this data set was asked to fail")
+            if warn:
+                import warnings
+                warnings.warn("this data set was asked to warn", RuntimeWarning)
+                warnings.warn("and in its own category", PluginWarning)
             super().__init__(n, seed)
 
     register_dataset("WorkerBlobs", WorkerBlobs, overwrite=True)
@@ -262,3 +269,17 @@ def test_workers_end_when_the_process_that_started_them_is_killed(tmp_path, when
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+@pytest.mark.timeout(300)
+def test_the_warnings_of_a_run_in_a_worker_reach_the_caller(plugin):
+    """A worker's stderr is not the notebook's: its runs' warnings are raised again in the caller, naming the run."""
+    configs = [{**BASE, "rule": "fedda", "seed": s, "dataset_options": {"warn": s == 1}} for s in (0, 1)]
+    with pytest.warns(Warning) as record:
+        run_many(configs, progress=False, workers=2)
+    messages = [(w.category, str(w.message)) for w in record]
+    assert (RuntimeWarning, "this data set was asked to warn [run 2 of 2 of 'federated' (rule 'fedda', dataset "
+            "'WorkerBlobs', target 0, seed 1), computed in a worker process]") in messages
+    assert any(c is UserWarning and m.startswith("fda_worker_plugin.PluginWarning: and in its own category [run 2 of 2")
+               for c, m in messages)
+    assert not [m for c, m in messages if "run 1 of 2" in m]

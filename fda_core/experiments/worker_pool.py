@@ -24,6 +24,7 @@ number of threads (e.g. ``OMP_NUM_THREADS=1``); on a GPU the device computes the
 
 from __future__ import annotations
 
+import builtins
 import concurrent.futures
 import functools
 import importlib
@@ -115,6 +116,28 @@ def _run_config(config: dict[str, Any]) -> dict[str, Any]:
     return run_experiment(**config)
 
 
+def _run_config_in_worker(config: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """The run's result and the warnings it raised, as (category name, message): a worker's own stderr is not the
+    notebook's, so the caller raises them again (:func:`_warn_again`). A category that is not one of Python's built-in
+    warnings travels as UserWarning with its name in the message (its class may not be importable in the caller)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = _run_config(config)
+    out = []
+    for w in caught:
+        name = w.category.__name__
+        if getattr(builtins, name, None) is not w.category:
+            out.append(("UserWarning", f"{w.category.__module__}.{w.category.__qualname__}: {w.message}"))
+        else:
+            out.append((name, str(w.message)))
+    return result, out
+
+
+def _warn_again(caught: list[tuple[str, str]], where: str) -> None:
+    for name, message in caught:
+        warnings.warn(f"{message} [{where}]", getattr(builtins, name), stacklevel=4)
+
+
 def _stop(pool: concurrent.futures.ProcessPoolExecutor) -> None:
     """Cancel what has not started and end the workers now (an interrupted or failed sweep must not wait for the
     runs in flight; those already finished are saved). ``ProcessPoolExecutor`` has no public way to end its
@@ -127,7 +150,8 @@ def _stop(pool: concurrent.futures.ProcessPoolExecutor) -> None:
 def compute_side_by_side(configs: Sequence[dict[str, Any]], workers: int, *,
                          describe: Callable[[int], str] = lambda i: f"run {i + 1}") -> Iterator[tuple[int, dict[str, Any]]]:
     """Compute ``run_experiment(**configs[i])`` for every i in up to ``workers`` spawned processes; yield
-    ``(i, result)`` as each finishes (in the order they finish).
+    ``(i, result)`` as each finishes (in the order they finish). The warnings a run raised in a worker are raised
+    again here, naming the run.
 
     When a run raises, the runs not yet started are cancelled, those in flight finish and are yielded, and then
     the run's exception is re-raised with a note naming it (``describe(i)``); when the caller is interrupted
@@ -150,14 +174,16 @@ def compute_side_by_side(configs: Sequence[dict[str, Any]], workers: int, *,
         initializer=_start_worker, initargs=(os.getpid(), worker_threads(n), modules))
     failure: BaseException | None = None
     try:
-        futures = {pool.submit(_run_config, config): i for i, config in enumerate(configs)}
+        futures = {pool.submit(_run_config_in_worker, config): i for i, config in enumerate(configs)}
         for future in concurrent.futures.as_completed(futures):
             i = futures[future]
             if future.cancelled():
                 continue
             exc = future.exception()
             if exc is None:
-                yield i, future.result()
+                result, caught = future.result()
+                _warn_again(caught, f"{describe(i)}, computed in a worker process")
+                yield i, result
             elif failure is None:  # cancel what has not started; the runs in flight finish and are yielded
                 exc.add_note(f"in {describe(i)}, computed in a worker process (workers={workers})")
                 failure = exc
