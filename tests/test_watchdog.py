@@ -210,3 +210,46 @@ def test_stall_timeout_option(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "1", "--stall-timeout", "soon", "--dry-run"]) == 2
     assert main(["sweep", "--help"]) == 0
     assert "--stall-timeout" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(os.name == "nt", reason="Windows has no ipc transport; kernels keep TCP there")
+@pytest.mark.timeout(300)
+def test_kernels_started_at_once_use_sockets_of_their_own(tmp_path):
+    """The engine's kernels listen on Unix domain sockets under a prefix of their own (IPCKernelManager), not on
+    TCP ports picked free and bound a moment later, which a concurrent socket can take first ("Address already
+    in use", a CI failure of `fda sweep --jobs 2`): four started at once all run, each on its own prefix, and leave
+    no socket file behind."""
+    import glob
+    import tempfile
+    import threading
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(
+        "import json, ipykernel.connect\n"
+        "info = json.loads(open(ipykernel.connect.get_connection_file()).read())\n"
+        "print(info['transport'], info['ip'])")]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, tmp_path / "t.ipynb")
+    pattern = os.path.join(tempfile.gettempdir(), "fda-kernel-*")
+    before = set(glob.glob(pattern))
+    results = {}
+
+    def run(k: int) -> None:
+        results[k] = execute(tmp_path / "t.ipynb", tmp_path / f"out{k}.ipynb", progress_bar=False, cwd=tmp_path,
+                             stall_timeout=60)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(240)
+    assert sorted(results) == [0, 1, 2, 3] and all(r.ok for r in results.values()), \
+        [r.error_summary() for r in results.values() if not r.ok]
+    seen = [nbformat.read(tmp_path / f"out{k}.ipynb", as_version=4).cells[-1].outputs[0]["text"].split()
+            for k in range(4)]
+    assert {transport for transport, _ in seen} == {"ipc"}
+    assert len({prefix for _, prefix in seen}) == 4
+    deadline = time.monotonic() + 10
+    while set(glob.glob(pattern)) - before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not set(glob.glob(pattern)) - before, "socket files left behind"

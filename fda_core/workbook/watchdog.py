@@ -26,11 +26,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import tempfile
+import uuid
 from dataclasses import dataclass
 from queue import Empty
 from time import monotonic
 from typing import Any
 
+from jupyter_client.manager import AsyncKernelManager
 from jupyter_core.utils import ensure_async, run_sync
 from nbclient.client import timestamp
 from nbclient.exceptions import CellTimeoutError
@@ -40,8 +43,8 @@ from papermill.log import logger
 from papermill.utils import merge_kwargs, remove_args
 from traitlets import Float
 
-__all__ = ["DEFAULT_STALL_TIMEOUT", "ENGINE_NAME", "KernelStallError", "StallWatchingClient", "StallWatchingEngine",
-           "register_engine"]
+__all__ = ["DEFAULT_STALL_TIMEOUT", "ENGINE_NAME", "IPCKernelManager", "KernelStallError", "StallWatchingClient",
+           "StallWatchingEngine", "register_engine"]
 
 #: Default stall limit in seconds. The clock only runs while the kernel is idle without having answered,
 #: or silent from the very start of a request: a healthy kernel announces ``busy`` within milliseconds
@@ -240,6 +243,24 @@ class StallWatchingClient(PapermillNotebookClient):
     _wait_for_reply = wait_for_reply
 
 
+class IPCKernelManager(AsyncKernelManager):
+    """The kernel manager of the engine's executions: the kernel's five channels on Unix domain sockets (ZMQ's
+    ``ipc`` transport), named under a prefix of its own in the temp folder, instead of TCP ports.
+
+    Why: for TCP, jupyter_client picks five ports free at that moment, closes them and hands them to the kernel,
+    which binds them a moment later. Meanwhile another socket can take one of them, e.g. the client of a
+    kernel started beside it connecting from an ephemeral port. The kernel then dies with "Address already in
+    use" before it answers ``kernel_info``, as seen in CI with ``fda sweep --jobs 2``. Socket files under a unique
+    prefix cannot be taken that way. Windows has no ipc transport: there the kernels keep TCP."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if os.name != "nt":
+            self.transport = "ipc"
+            self.cache_ports = False  # the TCP port cache does not apply to ipc
+            self.ip = os.path.join(tempfile.gettempdir(), f"fda-kernel-{uuid.uuid4().hex[:12]}")
+
+
 class StallWatchingEngine(NBClientEngine):
     """papermill's nbclient engine with :class:`StallWatchingClient` and two extra options:
     ``stall_timeout`` (seconds, None/0: off) and ``kernel_env`` (variables added to the kernel's
@@ -262,6 +283,7 @@ class StallWatchingEngine(NBClientEngine):
             stdout_file=stdout_file,
             stderr_file=stderr_file,
         )
+        final_kwargs.setdefault("kernel_manager_class", IPCKernelManager)
         client = StallWatchingClient(nb_man, stall_timeout=stall_timeout, **final_kwargs)
         launch = {"env": {**os.environ, **kernel_env}} if kernel_env else {}
         try:
