@@ -139,9 +139,9 @@ def _warn_again(caught: list[tuple[str, str]], where: str) -> None:
 
 
 def _stop(pool: concurrent.futures.ProcessPoolExecutor) -> None:
-    """Cancel what has not started and end the workers now (an interrupted or failed sweep must not wait for the
-    runs in flight; those already finished are saved). ``ProcessPoolExecutor`` has no public way to end its
-    processes before Python 3.14."""
+    """Cancel what has not started and end the workers now: an interrupted sweep (or one whose caller stopped
+    reading its results) does not wait for the runs in flight; those already finished are saved.
+    ``ProcessPoolExecutor`` has no public way to end its processes before Python 3.14."""
     pool.shutdown(wait=False, cancel_futures=True)
     for process in list((getattr(pool, "_processes", None) or {}).values()):
         process.terminate()
