@@ -86,7 +86,11 @@ class ResultStore:
         found = self.load(experiment, config, revision)
         if found is not None:
             return found
-        result = compute()
+        return self.put(experiment, config, compute(), revision)
+
+    def put(self, experiment: str, config: dict[str, Any], result: Any, revision: str | None = None) -> Any:
+        """``save`` a result computed elsewhere (e.g. in a worker process) and return it as a later ``load`` will
+        (JSON types, keys sorted), as :meth:`cached` does."""
         self.save(experiment, config, result, revision)
         return json.loads(json.dumps(result, sort_keys=True, default=str))
 

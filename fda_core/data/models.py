@@ -31,6 +31,7 @@ from ..common.checks import register_factory
 __all__ = [
     "get_model",
     "list_models",
+    "model_factory",
     "register_model",
     "count_parameters",
     "MnistCNN",
@@ -323,6 +324,11 @@ _RESNET18_URL = "https://download.pytorch.org/models/resnet18-f37072fd.pth"
 def register_model(name: str, factory: ModelFactory, *, overwrite: bool = False) -> None:
     """Register ``factory(input_shape, num_classes, **options) -> nn.Module`` under ``name``."""
     register_factory(_MODELS, "model", name, factory, overwrite=overwrite)
+
+
+def model_factory(name: str) -> ModelFactory | None:
+    """The factory registered under ``name``, or None when none is."""
+    return _MODELS.get(name)
 
 
 def list_models() -> list[str]:

@@ -25,7 +25,6 @@ rate defaults to 1/5 of the sources' (auto-weighted paper App. C.2).
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -741,9 +740,8 @@ def run_many(configs: Iterable[Mapping[str, Any]], *, store: Any = None, experim
     with contextlib.closing(compute_side_by_side([resolved[i] for i in to_compute], workers, describe=describe)) as done:
         for j, res in done:
             i = to_compute[j]
-            if store is not None:  # as ResultStore.cached: saved, and returned as a later load returns it
-                store.save(experiment, keys[i], res, revisions[resolved[i]["rule"]])
-                res = json.loads(json.dumps(res, sort_keys=True, default=str))
+            if store is not None:  # saved, and returned as a later load returns it (as ResultStore.cached does)
+                res = store.put(experiment, keys[i], res, revisions[resolved[i]["rule"]])
                 for r in repeats.get(i, ()):
                     results[r] = store.load(experiment, keys[r], revisions[resolved[r]["rule"]])
             results[i] = res

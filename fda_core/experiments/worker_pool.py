@@ -59,8 +59,8 @@ def worker_modules(configs: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, ...
     the defining modules outside ``fda_core`` (``fda_core``'s own register on import), sorted; and one line per
     piece that no worker can import (defined in ``__main__`` or in a module that cannot be found), empty when
     the configs can run in workers."""
-    from ..data.datasets.base import _REGISTRY as datasets
-    from ..data.models import _MODELS as models
+    from ..data.datasets.base import dataset_factory
+    from ..data.models import model_factory
     from .methods import method_class
 
     modules: set[str] = set()
@@ -68,8 +68,8 @@ def worker_modules(configs: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, ...
     seen: set[tuple[str, str]] = set()
     for c in configs:
         for kind, name, obj in (("method", c["rule"], method_class(c["rule"])),
-                                ("dataset", c["dataset"], datasets.get(c["dataset"])),
-                                ("model", c["model"], models.get(c["model"]))):
+                                ("dataset", c["dataset"], dataset_factory(c["dataset"])),
+                                ("model", c["model"], model_factory(c["model"]))):
             if (kind, name) in seen or obj is None:
                 continue
             seen.add((kind, name))

@@ -118,6 +118,11 @@ def _load_extensions() -> None:
     from .. import aux_csv, aux_images, clinical  # noqa: F401  (each registers its datasets on import)
 
 
+def dataset_factory(name: str) -> DatasetFactory | None:
+    """The factory registered under ``name``, or None when none is (yet: the extensions register on first use)."""
+    return _REGISTRY.get(name)
+
+
 def list_datasets() -> list[str]:
     """Registered dataset names, sorted."""
     _load_extensions()
