@@ -6,6 +6,8 @@ import math
 import pandas as pd
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import torch.nn.functional as F
 from scipy import stats
 
@@ -202,6 +204,152 @@ def test_feddirt_needs_its_views_and_runs_deterministically():
     shared = dirt.train_federated(dirt.get_dg_method("feddirt_shared"), x, y, seed=5,
                                   **{**kw, "views": dirt.shared_space_images(ident, x, y)})
     assert [p["t"] for p in shared["curve"]] == [p["t"] for p in avg["curve"]]
+
+
+# -- the clients' two forms (dg_clients) ---------------------------------------------------------------------
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def _views_of(method, x, y, seed=0):
+    """Views for ``method`` that make its regulariser non-zero: a perturbed identity translation."""
+    g = torch.Generator().manual_seed(seed)
+    m, n = x.shape[:2]
+    ident = FedINB(0, 2, 1, variant="INB", input_transform="none").fit(list(x.float()), [y] * m)
+    if method.view == "translated":
+        return (dirt.translation_bank(ident, x.float(), y) + 0.1 * torch.rand(m, m, n, 784, generator=g)).to(x.dtype)
+    if method.view == "shared":
+        return (0.5 * dirt.shared_space_images(ident, x.float(), y) + 0.5 * torch.rand(m, n, 784, generator=g)).to(x.dtype)
+    return None
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("spec,period", [("fedavg", 1), ("feddirt", 3), ({"feddirt": {"targets": "per_batch"}}, 2),
+                                         ("feddirt_shared", 100)])
+def test_batched_clients_are_the_loop_in_float64(spec, period, device):
+    """client_batching='vmap' (one vmap-ed step of all clients, FlatAdam on the stacked rows) trains what the loop of
+    modules and torch.optim.Adam trains: in float64, where rounding is out of the way, the server's model, the
+    accuracies and the losses agree to 1e-10 after 9 iterations with synchronisations inside and at the end."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        x, y = _clients(m=3, n=40)
+        x = x.double()
+        method = dirt.parse_dg_spec(spec)
+        views = _views_of(method, x, y)
+        kw = dict(views=views, period=period, iterations=9, batch_size=8, width=0.125, seed=2, run=1, eval_every=3,
+                  tests={"t": (x[1], y)}, device=device)
+        got = {}
+        for form in ("loop", "vmap"):
+            keep = {}
+            rec = dirt.train_federated(method, x, y, keep=keep, client_batching=form, **kw)
+            got[form] = (rec, _flat(keep["server"]).cpu())
+    finally:
+        torch.set_default_dtype(old)
+    (loop, w_loop), (vmap, w_vmap) = got["loop"], got["vmap"]
+    assert w_loop.dtype == torch.float64
+    assert (w_loop - w_vmap).abs().max() < 1e-10
+    assert loop["curve"] == vmap["curve"] and loop["syncs"] == vmap["syncs"]
+    assert loop["comm_by_tag"] == vmap["comm_by_tag"] and loop["n_params"] == vmap["n_params"]
+    for a, b in zip(loop["loss"], vmap["loss"]):
+        assert a["iteration"] == b["iteration"] and abs(a["loss"] - b["loss"]) < 1e-10 and abs(a["ce"] - b["ce"]) < 1e-10
+    if method.view is not None:  # the regulariser is active: the total loss is not the cross-entropy
+        assert any(abs(a["loss"] - a["ce"]) > 1e-3 for a in loop["loss"])
+
+
+def test_client_batching_is_chosen_by_device_and_model():
+    """'auto' batches on CUDA only, and only a model without BatchNorm statistics; 'vmap' names what blocks it;
+    an unknown value names the parameter. On the CPU 'auto' keeps the loop (the results of earlier versions)."""
+    from fda_core.experiments.translation.dg_clients import choose_client_batching
+
+    inst, bn = DIRTNet(10, width=0.125), DIRTNet(10, width=0.125, norm="batch")
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert choose_client_batching("auto", inst, cpu) == "loop"
+    assert choose_client_batching("auto", inst, cuda) == "vmap"
+    assert choose_client_batching("auto", bn, cuda) == "loop"
+    assert choose_client_batching("vmap", inst, cpu) == "vmap"
+    assert choose_client_batching("loop", inst, cuda) == "loop"
+    with pytest.raises(ValueError, match="client_batching='vmap' cannot batch.*norm='instance'"):
+        choose_client_batching("vmap", bn, cpu)
+    x, y = _clients(m=2, n=16)
+    with pytest.raises(ValueError, match="client_batching must be one of"):
+        dirt.train_federated(dirt.get_dg_method("fedavg"), x, y, iterations=2, client_batching="streams")
+    with pytest.raises(ValueError, match="norm='instance'"):
+        dirt.train_federated(dirt.get_dg_method("fedavg"), x, y, iterations=2, norm="batch", client_batching="vmap")
+    kw = dict(iterations=3, batch_size=8, width=0.125, seed=1)
+    assert (dirt.train_federated(dirt.get_dg_method("fedavg"), x, y, **kw)["curve"]
+            == dirt.train_federated(dirt.get_dg_method("fedavg"), x, y, client_batching="loop", **kw)["curve"])
+
+
+def test_indices_drawn_ahead_in_chunks_give_the_same_run(monkeypatch):
+    """The mini-batch indices and target domains are drawn ahead, INDEX_CHUNK iterations at a time, from each
+    client's own generators: chunks of 3 (boundaries inside the run, one ending on a synchronisation) give the
+    run that one chunk gives, bit for bit."""
+    x, y = _clients(m=3, n=40)
+    method = dirt.get_dg_method("feddirt")
+    kw = dict(views=_views_of(method, x, y), period=4, iterations=11, batch_size=8, width=0.125, seed=7,
+              eval_every=5, tests={"t": (x[2], y)})
+    keep_one, keep_chunked = {}, {}
+    one = dirt.train_federated(method, x, y, keep=keep_one, **kw)
+    monkeypatch.setattr(dirt, "INDEX_CHUNK", 3)
+    chunked = dirt.train_federated(method, x, y, keep=keep_chunked, **kw)
+    assert torch.equal(_flat(keep_one["server"]), _flat(keep_chunked["server"]))
+    assert one["loss"] == chunked["loss"] and one["curve"] == chunked["curve"]
+
+
+@pytest.mark.parametrize("form", ["loop", "vmap"])
+def test_training_reads_nothing_back_per_step(form):
+    """The losses stay on the device until an evaluation: the reads of a tensor's value (on a GPU each a host
+    synchronisation; counted as aten._local_scalar_dense) do not grow with the iterations. The loop of earlier
+    versions read two per client step (loss.item(), ce.item()). Not counted: torch.optim.Adam's reads of its step
+    counts, which it keeps on the host whatever the model's device."""
+    import traceback
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Reads(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten._local_scalar_dense.default and not any(
+                    "torch/optim/" in frame.filename.replace("\\", "/") for frame in traceback.extract_stack()):
+                self.count += 1
+            return func(*args, **(kwargs or {}))
+
+    x, y = _clients(m=3, n=40)
+    method = dirt.get_dg_method("feddirt")
+    views = _views_of(method, x, y)
+    counts = {}
+    for iterations in (4, 12):
+        with Reads() as reads:
+            rec = dirt.train_federated(method, x, y, views=views, period=2, iterations=iterations, batch_size=8,
+                                       width=0.125, tests={"t": (x[0], y)}, client_batching=form)
+        counts[iterations] = reads.count
+        assert len(rec["loss"]) == 1 and rec["loss"][0]["loss"] > rec["loss"][0]["ce"] > 0
+    assert counts[4] == counts[12], counts
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.floats(-1e6, 1e6, allow_nan=False, width=32), min_size=2, max_size=8), min_size=1,
+                max_size=30), st.integers(1, 5))
+def test_deferred_losses_sum_as_the_per_step_reads_did(steps, flush_every):
+    """DeferredLosses.read() equals the running sums the loop formed with Python floats after every step
+    (loss / M and CE / M added in step and client order), bit for bit, however often it flushes."""
+    from fda_core.experiments.translation.dg_clients import DeferredLosses
+
+    n_clients = 3
+    deferred = DeferredLosses(n_clients, flush_every=flush_every)
+    loss_sum = ce_sum = 0.0
+    for values in steps:
+        values = values[: len(values) // 2 * 2]
+        t = torch.tensor(values, dtype=torch.float32)
+        deferred.add(t)
+        for loss, ce in zip(t[0::2], t[1::2]):
+            loss_sum += loss.item() / n_clients
+            ce_sum += ce.item() / n_clients
+    assert deferred.read() == (loss_sum, ce_sum)
+    assert deferred.read() == (0.0, 0.0)
 
 
 def test_bad_arguments_name_the_parameter():

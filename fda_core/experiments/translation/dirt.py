@@ -47,6 +47,7 @@ from ...data.dirt_models import NORMS, DIRTNet
 from ...data.rotated_domains import rotated_mnist
 from ..methods import Method, Option
 from .comms import CommunicationLog
+from .dg_clients import BatchedClients, DeferredLosses, LoopClients, choose_client_batching
 from .inb import FedINB
 
 __all__ = ["DGData", "dg_data", "draw_targets", "dis", "translation_bank", "shared_space_images", "DGMethod",
@@ -288,6 +289,30 @@ def _batches(n: int, batch_size: int, gen: torch.Generator):
         buf = buf[batch_size:]
 
 
+#: iterations whose mini-batch indices (and target domains) are drawn on the host ahead of time and sent to the
+#: device in one copy (:func:`_index_chunks`)
+INDEX_CHUNK = 256
+
+
+def _index_chunks(streams: Sequence, target_gens: Sequence[torch.Generator], batch_size: int, iterations: int,
+                  translated: bool, per_sample: bool, device: torch.device):
+    """The clients' mini-batch indices, (k, M, B), and target domains, (k, M, B) or None unless ``translated``,
+    of up to :data:`INDEX_CHUNK` iterations at a time, until ``iterations``: one host-to-device copy per chunk
+    instead of two blocking copies per client step. Each generator serves one client and one purpose, so drawing a
+    client's next k steps at once gives the numbers the loop drew one step at a time."""
+    n_clients, done = len(streams), 0
+    while done < iterations:
+        k = min(INDEX_CHUNK, iterations - done)
+        parts = [torch.stack([torch.stack([next(s) for s in streams]) for _ in range(k)])]
+        if translated:
+            parts.append(torch.stack([torch.stack([draw_targets(m, n_clients, batch_size, g, per_sample)
+                                                   for m, g in enumerate(target_gens)]) for _ in range(k)]))
+        both = torch.stack(parts)
+        both = both.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else both.to(device)
+        yield both[0], (both[1] if translated else None)
+        done += k
+
+
 @torch.inference_mode()
 def _accuracy(net: DIRTNet, x: Tensor, y: Tensor, chunk: int = 2000) -> float:
     correct = sum(int((net(x[i:i + chunk]).argmax(1) == y[i:i + chunk]).sum()) for i in range(0, x.shape[0], chunk))
@@ -298,7 +323,7 @@ def train_federated(method: DGMethod, x: Tensor, y: Tensor, *, views: Tensor | N
                     iterations: int = 100, batch_size: int = 64, lr: float = 1e-3, width: float = 1.0,
                     norm: str = "instance", seed: int = 0, run: int = 0, eval_every: int = 0,
                     tests: Mapping[str, tuple[Tensor, Tensor]] | None = None, device: str = "cpu",
-                    keep: dict | None = None) -> dict[str, Any]:
+                    keep: dict | None = None, client_batching: str = "auto") -> dict[str, Any]:
     """Train ``method`` with FedAvg every ``period`` mini-batches (module docstring; paper App. E.2).
 
     x: (M, N, 784) client m's digits, y: (N,) or (M, N) labels. views: what the method's ``view`` needs —
@@ -312,6 +337,11 @@ def train_federated(method: DGMethod, x: Tensor, y: Tensor, *, views: Tensor | N
     parameters per client so far, accuracy per test), ``final`` (the last point), ``loss`` (mean training
     loss and cross-entropy between evaluation points), ``n_params``, ``syncs``, the communication by message
     and ``seconds``. ``keep``: a dict that receives the trained server model under ``"server"``.
+
+    ``client_batching`` (:mod:`~fda_core.experiments.translation.dg_clients`): "loop" trains the clients one after
+    the other (the CPU's form under "auto"; every earlier version's results, bit for bit); "vmap" as one batched
+    computation (the form "auto" takes on CUDA; equal to the loop to rounding); it does not enter the record.
+    Nothing is read back from the device between evaluations (the losses are summed when evaluated).
     """
     if not isinstance(method, DGMethod):
         raise ValueError(f"method must be a DGMethod (get_dg_method), got {method!r}")
@@ -337,59 +367,57 @@ def train_federated(method: DGMethod, x: Tensor, y: Tensor, *, views: Tensor | N
         torch.manual_seed(derive_seed(seed, _INIT, run))
         server = DIRTNet(10, width=width, norm=norm).to(dev)
     keys = model_entries(server)
-    clients = [DIRTNet(10, width=width, norm=norm).to(dev) for _ in range(m_clients)]
+    form = choose_client_batching(client_batching, server, dev)
     log = CommunicationLog(m_clients)
     global_flat = log.down(0, "fedavg", "initial_model", _flat(server, keys))
-    for c in clients:
-        _load_flat(c, keys, global_flat)
-        c.train()
-    opts = [torch.optim.Adam(c.parameters(), lr=lr) for c in clients]
+    if form == "vmap":
+        clients = BatchedClients(DIRTNet(10, width=width, norm=norm).to(dev), keys, global_flat, m_clients, lr)
+    else:
+        clients = LoopClients(lambda: DIRTNet(10, width=width, norm=norm).to(dev), keys, global_flat, m_clients, lr,
+                              _load_flat, _flat)
     streams = [_batches(n, batch_size, generator(seed, _BATCHES, run, m)) for m in range(m_clients)]
     target_gens = [generator(seed, _TARGETS, run, m) for m in range(m_clients)]
     per_sample = getattr(method, "targets", "per_sample") == "per_sample"
     xd, yd = x.to(dev), y.to(dev)
     views_d = None if views is None else views.to(dev)
+    rows = torch.arange(m_clients, device=dev).unsqueeze(1)  # (M, 1): client m's row of every (M, B) index
     tests = dict(tests or {})
     curve, losses = [], []
-    loss_acc, ce_acc, steps, syncs = 0.0, 0.0, 0, 0
+    pending = DeferredLosses(m_clients)
+    steps, syncs, it = 0, 0, 0
     t0 = time.perf_counter()
 
     def evaluate(it: int) -> None:
-        nonlocal loss_acc, ce_acc, steps
+        nonlocal steps
         server.eval()
         point = dict(iteration=it, syncs=syncs, params=int(log.total()))
         point.update({name: _accuracy(server, tx.to(dev), ty.to(dev)) for name, (tx, ty) in tests.items()})
         curve.append(point)
-        losses.append(dict(iteration=it, loss=loss_acc / max(steps, 1), ce=ce_acc / max(steps, 1)))
-        loss_acc, ce_acc, steps = 0.0, 0.0, 0
+        loss_sum, ce_sum = pending.read()
+        losses.append(dict(iteration=it, loss=loss_sum / max(steps, 1), ce=ce_sum / max(steps, 1)))
+        steps = 0
 
-    for it in range(1, iterations + 1):
-        for m, (net, opt) in enumerate(zip(clients, opts)):
-            b = next(streams[m]).to(dev)
-            xb = xd[m, b]
+    for batches, targets in _index_chunks(streams, target_gens, batch_size, iterations,
+                                          method.view == "translated", per_sample, dev):
+        for j in range(batches.shape[0]):
+            it += 1
+            b = batches[j]  # (M, B): client m's mini-batch is row m
             if method.view == "translated":
-                tgt = draw_targets(m, m_clients, b.numel(), target_gens[m], per_sample).to(dev)
-                xv = views_d[m, tgt, b]
+                xv = views_d[rows, targets[j], b]  # client m's sample i translated into domain targets[j, m, i]
             elif method.view == "shared":
-                xv = views_d[m, b]
+                xv = views_d[rows, b]
             else:
                 xv = None
-            loss, ce = method.dg_loss(net, xb, yd[m, b], xv)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            loss_acc += loss.item() / m_clients
-            ce_acc += ce.item() / m_clients
-        steps += 1
-        if it % period == 0 or it == iterations:
-            syncs += 1
-            stacked = log.up(syncs, "fedavg", "client_model", torch.stack([_flat(c, keys) for c in clients]), 0)
-            global_flat = log.down(syncs, "fedavg", "average_model", stacked.mean(0))  # uniform FedAvg weights
-            _load_flat(server, keys, global_flat)
-            for c in clients:
-                _load_flat(c, keys, global_flat)
-        if (eval_every and it % eval_every == 0) or it == iterations:
-            evaluate(it)
+            clients.step(method, xd[rows, b], yd[rows, b], xv, pending)
+            steps += 1
+            if it % period == 0 or it == iterations:
+                syncs += 1
+                stacked = log.up(syncs, "fedavg", "client_model", clients.stacked(), 0)
+                global_flat = log.down(syncs, "fedavg", "average_model", stacked.mean(0))  # uniform FedAvg weights
+                _load_flat(server, keys, global_flat)
+                clients.load(global_flat)
+            if (eval_every and it % eval_every == 0) or it == iterations:
+                evaluate(it)
     seconds = time.perf_counter() - t0
     if keep is not None:
         keep["server"] = server

@@ -1,0 +1,214 @@
+"""The M clients of a FedDIRT / FedAvg run, in two forms behind one interface (``client_batching`` of
+:func:`fda_core.experiments.translation.dirt.train_federated`; ``docs/translation.md`` § FedDIRT, how the
+clients are computed).
+
+Every iteration each client takes one Adam step on its own mini-batch (its objective is the method's
+``dg_loss``), and at a synchronisation the server averages the clients' models (FedAvg, uniform weights) and
+every client continues from the average with its own optimiser state.
+
+* :class:`LoopClients` (``"loop"``): one module and one ``torch.optim.Adam`` per client, stepped one after the
+  other. This is the form of the papers' code; on the CPU it is the default, and its results are those of
+  every earlier version bit for bit.
+* :class:`BatchedClients` (``"vmap"``): the M clients' parameters are the rows of one (M, P) tensor; an
+  iteration is one ``torch.func.vmap``-ed forward and backward of the method's objective over the M clients
+  (``torch.func.functional_call`` with each client's parameters), and one Adam step on all M·P numbers
+  (:class:`fda_core.experiments.flat.FlatAdam`: the update of ``torch.optim.Adam``; its moments are per
+  coordinate, so per client, and every client has taken the same number of steps). A GPU step at these sizes
+  is bound by kernel launches, M per layer in the loop and one in this form. What differs from the loop is the
+  order of floating-point operations inside the batched convolutions and matrix products: the results agree
+  to rounding, not bit for bit (in float64 to 1e-10, ``tests/test_dirt.py``). Models with BatchNorm
+  statistics (``norm="batch"``) keep the loop: their running statistics are not parameters.
+
+Neither form reads anything back from the device during training: the losses of each step are kept on the
+device and read by :class:`DeferredLosses` at evaluation points, and the mini-batch indices arrive from the
+host ahead of time (``dirt._index_chunks``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..flat import FlatAdam
+
+__all__ = ["CLIENT_BATCHING", "DeferredLosses", "LoopClients", "BatchedClients", "batching_blockers",
+           "choose_client_batching"]
+
+#: the values of ``client_batching``: "auto" (the batched form on CUDA where the model qualifies, the loop
+#: otherwise), "loop", "vmap" (the batched form, an error where the model does not qualify)
+CLIENT_BATCHING = ("auto", "loop", "vmap")
+
+#: Adam's defaults in ``torch.optim.Adam`` (the loop's optimiser; the batched form uses the same)
+_BETAS, _EPS = (0.9, 0.999), 1e-8
+
+
+def batching_blockers(net: nn.Module) -> list[str]:
+    """Why the clients of ``net``'s architecture cannot train as one batched computation (empty: they can)."""
+    stats = [name for name, b in net.named_buffers() if b.is_floating_point()]
+    if stats:
+        return [f"the model keeps running statistics ({', '.join(stats[:2])}{', …' if len(stats) > 2 else ''}: "
+                "BatchNorm), which the clients exchange but the batched form does not train; use norm='instance'"]
+    return []
+
+
+def choose_client_batching(mode: str, net: nn.Module, device: torch.device) -> str:
+    """"loop" or "vmap" for ``mode`` (:data:`CLIENT_BATCHING`): "auto" batches on CUDA where the model
+    qualifies; "vmap" raises ValueError naming what blocks it."""
+    if mode not in CLIENT_BATCHING:
+        raise ValueError(f"client_batching must be one of {list(CLIENT_BATCHING)}, got {mode!r}")
+    blockers = batching_blockers(net)
+    if mode == "vmap" and blockers:
+        raise ValueError("client_batching='vmap' cannot batch these clients: " + "; ".join(blockers))
+    if mode == "auto":
+        return "vmap" if device.type == "cuda" and not blockers else "loop"
+    return mode
+
+
+class DeferredLosses:
+    """The per-step (loss, cross-entropy) of the clients, kept on the device and summed on the host when read.
+
+    ``add(values)``: one step's values as a tensor flattened in the order (loss of client 0, CE of client 0,
+    loss of client 1, …). ``read()`` returns (Σ loss / M, Σ CE / M) since the last read, summed in Python floats
+    in the order the values were added — the sums the loop formed with ``loss.item() / M`` after every step,
+    bit for bit, with one device read instead of two per client step. At most ``flush_every`` steps are kept on
+    the device between reads."""
+
+    def __init__(self, n_clients: int, flush_every: int = 512):
+        self.n_clients = n_clients
+        self.flush_every = flush_every
+        self._pending: list[Tensor] = []
+        self.loss, self.ce = 0.0, 0.0
+
+    def add(self, values: Tensor) -> None:
+        self._pending.append(values.detach().reshape(-1))
+        if len(self._pending) >= self.flush_every:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        values = torch.cat(self._pending).tolist()  # one read from the device
+        self._pending.clear()
+        for loss, ce in zip(values[0::2], values[1::2]):
+            self.loss += loss / self.n_clients
+            self.ce += ce / self.n_clients
+
+    def read(self) -> tuple[float, float]:
+        """(Σ loss / M, Σ CE / M) of the steps since the last read."""
+        self._flush()
+        out = (self.loss, self.ce)
+        self.loss, self.ce = 0.0, 0.0
+        return out
+
+
+class LoopClients:
+    """M copies of ``make_net()`` loaded with ``start`` (P,), each with its own ``torch.optim.Adam`` (lr)."""
+
+    form = "loop"
+
+    def __init__(self, make_net: Callable[[], nn.Module], keys: Sequence[str], start: Tensor, n_clients: int,
+                 lr: float, load: Callable[[nn.Module, Sequence[str], Tensor], None],
+                 flat: Callable[[nn.Module, Sequence[str]], Tensor]):
+        self.keys, self._load, self._flat = keys, load, flat
+        self.nets = [make_net() for _ in range(n_clients)]
+        for net in self.nets:
+            load(net, keys, start)
+            net.train()
+        self.opts = [torch.optim.Adam(net.parameters(), lr=lr) for net in self.nets]
+
+    def step(self, method: Any, xb: Tensor, yb: Tensor, xv: Tensor | None, losses: DeferredLosses) -> None:
+        """One Adam step of every client: ``xb`` (M, B, 784), ``yb`` (M, B), ``xv`` the views (M, B, 784) or None."""
+        for m, (net, opt) in enumerate(zip(self.nets, self.opts)):
+            loss, ce = method.dg_loss(net, xb[m], yb[m], None if xv is None else xv[m])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            losses.add(torch.stack([loss.detach(), ce.detach()]))
+
+    def stacked(self) -> Tensor:
+        """The clients' models (M, P), as the exchange sends them."""
+        return torch.stack([self._flat(net, self.keys) for net in self.nets])
+
+    def load(self, global_flat: Tensor) -> None:
+        for net in self.nets:
+            self._load(net, self.keys, global_flat)
+
+
+class _Objective(nn.Module):
+    """(loss, CE) of ``method.dg_loss`` on ``net`` as one (2,) tensor: the function ``vmap`` maps over the
+    clients (``functional_call`` swaps in each client's parameters, named ``net.<name>``)."""
+
+    def __init__(self, net: nn.Module, method: Any):
+        super().__init__()
+        self.net = net
+        self.method = method
+
+    def forward(self, x: Tensor, y: Tensor, x_view: Tensor | None) -> Tensor:
+        return torch.stack(self.method.dg_loss(self.net, x, y, x_view))
+
+
+class BatchedClients:
+    """M clients of ``net``'s architecture as the rows of one (M, P) parameter tensor, all starting from
+    ``start`` (P,), trained by one ``vmap``-ed step per iteration and :class:`FlatAdam` (lr) on all rows.
+    ``keys``: the parameter names in the order of the exchanged vector (the model's floating-point state, which
+    for a model without buffers is its parameters in order)."""
+
+    form = "vmap"
+
+    def __init__(self, net: nn.Module, keys: Sequence[str], start: Tensor, n_clients: int, lr: float):
+        blockers = batching_blockers(net)
+        if blockers:
+            raise ValueError("; ".join(blockers))
+        named = dict(net.named_parameters())
+        if list(keys) != list(named):
+            raise ValueError(f"keys must be the model's parameter names in order, got {list(keys)}")
+        self.n_clients, self.lr = n_clients, lr
+        self.objective = _Objective(net, None).train()
+        self.names = [f"net.{k}" for k in keys]
+        self.shapes = [named[k].shape for k in keys]
+        sizes = [math.prod(s) for s in self.shapes]
+        if sum(sizes) != start.numel():
+            raise ValueError(f"start must hold the model's {sum(sizes)} parameters, got {start.numel()}")
+        self.rows = start.detach().expand(n_clients, -1).clone()  # (M, P): client m's model is row m
+        self.grad = torch.empty_like(self.rows)
+        offsets = [0, *itertools.accumulate(sizes)]
+        # each parameter as an (M, *shape) view of the rows, made once: the optimiser updates the rows in place
+        self.params = [self.rows[:, o:o + k].view(n_clients, *s) for o, k, s in zip(offsets, sizes, self.shapes)]
+        self.opt = FlatAdam(self.rows.numel(), self.rows.device, self.rows.dtype, betas=_BETAS, eps=_EPS)
+        self._batched: dict[bool, Callable] = {}
+
+    def _objective(self, with_view: bool) -> Callable:
+        from torch.func import functional_call, vmap
+
+        if with_view not in self._batched:
+            names, objective = self.names, self.objective
+
+            def one(leaves: Sequence[Tensor], x: Tensor, y: Tensor, x_view: Tensor | None) -> Tensor:
+                return functional_call(objective, dict(zip(names, leaves)), (x, y, x_view))
+
+            self._batched[with_view] = vmap(one, in_dims=(0, 0, 0, 0 if with_view else None))
+        return self._batched[with_view]
+
+    def step(self, method: Any, xb: Tensor, yb: Tensor, xv: Tensor | None, losses: DeferredLosses) -> None:
+        """One Adam step of every client, as :meth:`LoopClients.step`."""
+        self.objective.method = method
+        leaves = [p.detach().requires_grad_(True) for p in self.params]
+        values = self._objective(xv is not None)(leaves, xb, yb, xv)  # (M, 2): (loss, CE) per client
+        # client m's loss depends on row m only, so the gradient of the sum is every client's own gradient
+        grads = torch.autograd.grad(values[:, 0].sum(), leaves, materialize_grads=True)
+        with torch.no_grad():
+            torch.cat([g.flatten(1) for g in grads], dim=1, out=self.grad)
+            self.opt.step(self.rows.view(-1), self.grad.view(-1), self.lr)
+        losses.add(values)
+
+    def stacked(self) -> Tensor:
+        return self.rows
+
+    def load(self, global_flat: Tensor) -> None:
+        self.rows.copy_(global_flat.expand_as(self.rows))
+
