@@ -78,7 +78,7 @@ for s in "$@"; do
     # 2026-11-26; the default now forms them in a third Triton kernel, LAYERWISE_COEFFICIENTS = "kernel")
     agg-tcoef) step agg-tcoef 120 python3 benchmarks/aggregation.py --device cuda --coefficients torch --json "$OUT/agg-tcoef.json" ;;
     # the tests parametrised over devices, their CUDA cases only (the segmented kernels and the batched clients)
-    gputest-cuda) step gputest-cuda 120 python3 -m pytest -q -p no:cacheprovider -k "cuda or gpu" tests/test_segmented.py tests/test_batched_clients.py tests/test_prepared.py ;;
+    gputest-cuda) step gputest-cuda 120 python3 -m pytest -q -p no:cacheprovider -k "cuda or gpu" tests/test_segmented.py tests/test_batched_clients.py tests/test_prepared.py tests/test_dirt.py ;;
     gputest) step gputest 240 python3 -m pytest -q -p no:cacheprovider tests/test_segmented.py tests/test_aggregation.py tests/test_federated.py tests/test_batched_clients.py ;;
     variants) step variants 120 python3 benchmarks/aggregation_variants.py --device cuda --chunks 1024 ;;
     pd) step pd 150 python3 benchmarks/phase_diagram.py --device cuda --json "$OUT/pd.json" ;;
@@ -100,6 +100,7 @@ for s in "$@"; do
     nb05full) step nb05full "${NB_LIMIT:-300}" python3 -m fda_core run 05 -p results_dir "$STORE" -p base fashion_mnist -p data_root .gpudata -p sections '["faithful"]' -p faithful_settings '["paper", "reference"]' -p faithful_trials 3 -p figures_dir /tmp/nb05full -p workers "$(workers)" --out /tmp/executed --no-progress ;;
     nb06) step nb06 200 python3 -m fda_core run 06 -p results_dir "$STORE" --out /tmp/executed --no-progress ;;
     nb07p) step nb07p "${NB_LIMIT:-110}" python3 -m fda_core run 07 -p results_dir "$STORE" -p paper_scale true -p workers "$(workers)" --out /tmp/executed --no-progress ;;
+    dirt) step dirt 150 python3 benchmarks/feddirt.py --device cuda --width 1 --iterations 100 --repeats 3 --json "$OUT/dirt.json" ;;
     nb08p) step nb08p "${NB_LIMIT:-200}" python3 -m fda_core run 08 -p results_dir "$STORE" -p paper_scale true --out /tmp/executed --no-progress ;;
     inb) step inb 170 python3 benchmarks/inb.py --device cuda --threads 0 --json "$OUT/inb.json" ;;
     # the paper's size: 1,000 digits per class of full MNIST (carry .gpudata/MNIST and POT: gpu_wheels.sh --pot-only)

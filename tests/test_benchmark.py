@@ -256,3 +256,17 @@ def test_parallel_runs_benchmark_smoke():
         torch.set_num_threads(before)
     assert set(out["seconds"]) == {1, 2} and all(t > 0 for t in out["seconds"].values())
     assert out["threads_here"] == 1 and out["ratio_over_1"][2] > 0
+
+
+@pytest.mark.timeout(300)
+def test_feddirt_benchmark_smoke():
+    """benchmarks/feddirt.py --quick times both client forms of one FedDIRT run and reports their ratio."""
+    before = torch.get_num_threads()
+    try:
+        out = _load("feddirt").main(["--quick", "--device", "cpu"])
+    finally:
+        torch.set_num_threads(before)
+    assert set(out["ms_per_iteration"]) == {"loop", "vmap"} and all(t > 0 for t in out["ms_per_iteration"].values())
+    assert out["ratio_loop_over_vmap"] > 0
+    # the two forms train the same model to float32 rounding
+    assert abs(out["final_loss"]["loop"] - out["final_loss"]["vmap"]) < 1e-3 * abs(out["final_loss"]["loop"])
