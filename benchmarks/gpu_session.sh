@@ -14,7 +14,7 @@
 # 900 s of device time, the start (~100 s) included, and a warm machine goes back after 30 s idle: plan one long call.
 # Next lease, first call (carry [".whl"] from `gpu_wheels.sh --slim`, 38 MB with POT and SurvSet; .gpudata/MNIST only
 # for inb-full and nb04full; timeout_s 600, DEADLINE_S=565, NB_LIMIT=330):
-#   gputest-cuda kernels agg hostwork fedcompgn parallel nb07p nb05p   (gputest-cuda: the new sync counts of tensor
+#   gputest-cuda kernels agg hostwork fedcompgn parallel dirt nb07p nb05p   (gputest-cuda: the new sync counts of tensor
 #   arguments, 1 for host tensors and 3 for device tensors, the flat form through the kernels and the prepared rule's
 #   CUDA graph (tests/test_prepared.py) are unverified on a GPU; agg: flat+out now runs the layer-wise kernels with one
 #   segment, and the `prepared` forms replay them from a CUDA graph (both unmeasured); kernels: the late launch, now
@@ -24,8 +24,11 @@
 #   on a GPU), whose best count the notebook steps then use; nb07p: notebook 07 at paper scale, which stopped at its
 #   first run before the batched-client fix; nb05p: 327 of 649 runs took 570 s on an H200 on 2026-11-26, one at a
 #   time (those runs were made by c6b38ba and the code in the notebook's import closure changed since, so they are
-#   recomputed), now with `workers`), then the paper-scale notebooks one per call with NB_LIMIT, carrying .gpustore.
-# The notebook steps 04, 05 and 07 compute WORKERS runs side by side (-p workers; default: the best count of this
+#   recomputed), now with `workers`; dirt: notebook 08's clients, loop against one batched step, both without host
+#   reads since the ninth session (benchmarks/feddirt.py; the loop took 2.6 ms per client step on an H200 before)),
+#   then the paper-scale notebooks one per call with NB_LIMIT, carrying .gpustore (nb08p: 17 min extrapolated before
+#   the ninth session's changes, now batched clients and `workers`).
+# The notebook steps 04, 05, 07 and 08 compute WORKERS runs side by side (-p workers; default: the best count of this
 # call's `parallel` step, else 4).
 # The notebook steps keep their finished runs in .gpustore (STORE), which comes back as store.tgz inside the session's
 # archive: `bash benchmarks/gpu_unpack.sh FILES_AT` unpacks both here (logs to results/gpu-runs/, the store into
@@ -101,7 +104,7 @@ for s in "$@"; do
     nb06) step nb06 200 python3 -m fda_core run 06 -p results_dir "$STORE" --out /tmp/executed --no-progress ;;
     nb07p) step nb07p "${NB_LIMIT:-110}" python3 -m fda_core run 07 -p results_dir "$STORE" -p paper_scale true -p workers "$(workers)" --out /tmp/executed --no-progress ;;
     dirt) step dirt 150 python3 benchmarks/feddirt.py --device cuda --width 1 --iterations 100 --repeats 3 --json "$OUT/dirt.json" ;;
-    nb08p) step nb08p "${NB_LIMIT:-200}" python3 -m fda_core run 08 -p results_dir "$STORE" -p paper_scale true --out /tmp/executed --no-progress ;;
+    nb08p) step nb08p "${NB_LIMIT:-200}" python3 -m fda_core run 08 -p results_dir "$STORE" -p paper_scale true -p workers "$(workers)" --out /tmp/executed --no-progress ;;
     inb) step inb 170 python3 benchmarks/inb.py --device cuda --threads 0 --json "$OUT/inb.json" ;;
     # the paper's size: 1,000 digits per class of full MNIST (carry .gpudata/MNIST and POT: gpu_wheels.sh --pot-only)
     inb-full) step inb-full 240 python3 benchmarks/inb.py --device cuda --threads 0 --n-per-class 1000 --data-root .gpudata --no-reference --json "$OUT/inb-full.json" ;;

@@ -476,3 +476,32 @@ def test_table3_rows_do_not_depend_on_the_records_key_order():
     a, b = table3_long(fresh, "L10-K10"), table3_long(stored, "L10-K10")
     assert list(a.domain) == ["75", "90", "75 held-out", "90 held-out"]
     pd.testing.assert_frame_equal(a, b)
+
+
+@pytest.mark.timeout(300)
+def test_notebook_08_runs_side_by_side_give_the_runs_of_one_after_another(tmp_path):
+    """DGStudy.run_all(workers=2) trains the runs the store lacks in two worker processes (which load the clients'
+    data and images from a file written by the study) and gives the records of workers=1, bit for bit (one thread
+    everywhere); a second call reads them back; a bad count is refused when the study is made."""
+    import json
+
+    from fda_core.common.store import ResultStore
+    from fda_core.experiments.translation import dg_study as dg
+
+    plan = dg.resolve_plan(quick=True, methods=["fedavg", "feddirt", "feddirt_shared"], periods=[1],
+                           shared_periods=[1], runs=2)
+    with pytest.raises(ValueError, match="workers"):
+        dg.DGStudy(plan, ResultStore(tmp_path / "a"), threads=1, workers=0)
+    study = dg.DGStudy(plan, ResultStore(tmp_path / "a"), translation_root=str(tmp_path / "t"), threads=1)
+    one = study.run_all()
+
+    def strip(records):
+        return json.dumps([{k: v for k, v in r.items() if k != "seconds"} for r in records], sort_keys=True)
+
+    side = dg.DGStudy(plan, ResultStore(tmp_path / "b"), translation_root=str(tmp_path / "t"), threads=1, workers=2)
+    two = side.run_all(progress=True)
+    assert len(two) == 6 and strip(two) == strip(one)
+    assert "0 run(s) reused from the result store, 6 computed" in side.store.summary(dg.EXPERIMENT)
+    again = dg.DGStudy(plan, ResultStore(tmp_path / "b"), translation_root=str(tmp_path / "t"), threads=1, workers=2)
+    assert strip(again.run_all()) == strip(one)
+    assert "6 run(s) reused from the result store, 0 computed" in again.store.summary(dg.EXPERIMENT)

@@ -283,3 +283,29 @@ def test_the_warnings_of_a_run_in_a_worker_reach_the_caller(plugin):
     assert any(c is UserWarning and m.startswith("fda_worker_plugin.PluginWarning: and in its own category [run 2 of 2")
                for c, m in messages)
     assert not [m for c, m in messages if "run 1 of 2" in m]
+
+
+# -- other kinds of runs: a WorkerTask -------------------------------------------------------------------------
+@pytest.mark.timeout(300)
+def test_a_task_runs_its_function_in_workers_after_its_setup(tmp_path):
+    """WorkerTask(function, setup, setup_args): each worker runs the set-up once, then the function on its items;
+    results come back by index. Here the set-up changes the worker's folder, which the function's results show."""
+    import os
+
+    here = os.getcwd()
+    task = worker_pool.WorkerTask(os.path.abspath, os.chdir, (str(tmp_path),))
+    got = dict(worker_pool.compute_side_by_side([".", "sub", ".", "sub"], 2, task=task))
+    assert got == {0: str(tmp_path), 1: str(tmp_path / "sub"), 2: str(tmp_path), 3: str(tmp_path / "sub")}
+    assert os.getcwd() == here  # the set-up ran in the workers, not here
+
+
+def test_a_task_a_worker_cannot_import_runs_here_with_a_warning():
+    """A function defined in a function (or a notebook cell) cannot be found by a worker: the items are computed
+    in this process, set-up first, after a RuntimeWarning naming it."""
+    seen = []
+    task = worker_pool.WorkerTask(lambda item: item * 10, lambda tag: seen.append(tag), ("set up",))
+    assert task.blockers() and "not a module-level function" in task.blockers()[0]
+    with pytest.warns(RuntimeWarning, match="computing the 3 run"):
+        got = list(worker_pool.compute_side_by_side([1, 2, 3], 2, task=task))
+    assert got == [(0, 10), (1, 20), (2, 30)] and seen == ["set up"]
+    assert worker_pool.WorkerTask(json.dumps).blockers() == []

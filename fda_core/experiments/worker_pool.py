@@ -11,6 +11,10 @@ Where it pays: on a GPU a small model's round is launch-bound (the device idles 
 launched from several processes share the device; on a CPU with more cores than one run uses. Not on the
 2-core reference machine, whose two cores already run two notebooks at once (``fda run all --jobs 2``).
 
+Other kinds of runs (:class:`WorkerTask`): a module-level function computed on each item, after a module-level
+set-up run once in each worker (e.g. notebook 08's FedDIRT runs, whose workers load the clients' data and
+translated images once from a file the caller wrote: ``dg_study.DGStudy.run_all``).
+
 What a worker finds: a spawned process imports ``fda_core`` afresh, so it knows the built-in methods, datasets
 and models, and imports the modules that registered the others the configs name. A method, dataset or model
 defined in ``__main__`` (a notebook cell, a script) cannot be imported there: such a sweep runs in this process,
@@ -35,9 +39,10 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["check_workers", "worker_modules", "worker_threads", "compute_side_by_side"]
+__all__ = ["check_workers", "worker_modules", "worker_threads", "compute_side_by_side", "WorkerTask"]
 
 
 def check_workers(workers: Any) -> int:
@@ -45,6 +50,29 @@ def check_workers(workers: Any) -> int:
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an integer ≥ 1 (runs computed side by side), got {workers!r}")
     return workers
+
+
+@dataclass(frozen=True)
+class WorkerTask:
+    """What each worker computes: ``function(item)`` for every item it is given, after ``setup(*setup_args)`` once
+    in each worker process (``setup`` None: nothing). Both must be module-level functions of an importable module
+    (a worker finds them by name); ``setup_args`` and the items are pickled to the worker, the results back."""
+
+    function: Callable[[Any], Any]
+    setup: Callable[..., None] | None = None
+    setup_args: tuple = ()
+
+    def blockers(self) -> list[str]:
+        """Why a worker cannot find the functions (empty: it can)."""
+        out = []
+        for what, f in (("function", self.function), ("setup", self.setup)):
+            if f is None:
+                continue
+            module, name = _defining_module(f), getattr(f, "__qualname__", "")
+            if module in (None, "__main__") or "<" in name or importlib.util.find_spec(module) is None:
+                out.append(f"the task's {what} {name or f!r} is not a module-level function of an importable module "
+                           f"(defined in {module!r})")
+        return out
 
 
 def _defining_module(obj: Any) -> str | None:
@@ -99,7 +127,8 @@ def _exit_with(parent: int, every_s: float = 1.0) -> None:
     os._exit(3)
 
 
-def _start_worker(caller: int, threads: int, modules: tuple[str, ...]) -> None:
+def _start_worker(caller: int, threads: int, modules: tuple[str, ...], setup: Callable[..., None] | None = None,
+                  setup_args: tuple = ()) -> None:
     import torch
 
     # the caller's pid comes from the caller: read here, after the imports, it could already be the pid that adopted
@@ -108,6 +137,8 @@ def _start_worker(caller: int, threads: int, modules: tuple[str, ...]) -> None:
     torch.set_num_threads(threads)
     for module in modules:  # registers the methods, datasets and models defined outside fda_core
         importlib.import_module(module)
+    if setup is not None:
+        setup(*setup_args)
 
 
 def _run_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -116,13 +147,13 @@ def _run_config(config: dict[str, Any]) -> dict[str, Any]:
     return run_experiment(**config)
 
 
-def _run_config_in_worker(config: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
-    """The run's result and the warnings it raised, as (category name, message): a worker's own stderr is not the
+def _run_in_worker(function: Callable[[Any], Any], item: Any) -> tuple[Any, list[tuple[str, str]]]:
+    """``function(item)`` and the warnings it raised, as (category name, message): a worker's own stderr is not the
     notebook's, so the caller raises them again (:func:`_warn_again`). A category that is not one of Python's built-in
     warnings travels as UserWarning with its name in the message (its class may not be importable in the caller)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        result = _run_config(config)
+        result = function(item)
     out = []
     for w in caught:
         name = w.category.__name__
@@ -147,34 +178,43 @@ def _stop(pool: concurrent.futures.ProcessPoolExecutor) -> None:
         process.terminate()
 
 
-def compute_side_by_side(configs: Sequence[dict[str, Any]], workers: int, *,
-                         describe: Callable[[int], str] = lambda i: f"run {i + 1}") -> Iterator[tuple[int, dict[str, Any]]]:
+def compute_side_by_side(configs: Sequence[Any], workers: int, *,
+                         describe: Callable[[int], str] = lambda i: f"run {i + 1}",
+                         task: WorkerTask | None = None) -> Iterator[tuple[int, Any]]:
     """Compute ``run_experiment(**configs[i])`` for every i in up to ``workers`` spawned processes; yield
     ``(i, result)`` as each finishes (in the order they finish). The warnings a run raised in a worker are raised
-    again here, naming the run.
+    again here, naming the run. ``task``: compute ``task.function(configs[i])`` instead, after ``task.setup`` in
+    each worker (:class:`WorkerTask`).
 
     When a run raises, the runs not yet started are cancelled, those in flight finish and are yielded, and then
     the run's exception is re-raised with a note naming it (``describe(i)``); when the caller is interrupted
     (or stops iterating), the workers are ended at once. Runs whose pieces a worker
-    cannot import (:func:`worker_modules`) are computed here, one after another, after a warning."""
+    cannot import (:func:`worker_modules`, :meth:`WorkerTask.blockers`) are computed here, one after another, after
+    a warning (a task's set-up then runs here too)."""
     workers = check_workers(workers)
     if not configs:
         return
-    modules, blockers = worker_modules(configs) if workers > 1 and len(configs) > 1 else ((), [])
+    function = _run_config if task is None else task.function
+    modules, blockers = (), []
+    if workers > 1 and len(configs) > 1:
+        modules, blockers = worker_modules(configs) if task is None else ((), task.blockers())
     if blockers:
         warnings.warn(f"workers={workers}: " + "; ".join(blockers) + f"; computing the {len(configs)} run(s) in "
                       "this process, one after another", RuntimeWarning, stacklevel=3)
     if blockers or workers == 1 or len(configs) == 1:
+        if task is not None and task.setup is not None:
+            task.setup(*task.setup_args)
         for i, config in enumerate(configs):
-            yield i, _run_config(config)
+            yield i, function(config)
         return
     n = min(workers, len(configs))
     pool = concurrent.futures.ProcessPoolExecutor(
         max_workers=n, mp_context=multiprocessing.get_context("spawn"),  # spawn: CUDA cannot be forked
-        initializer=_start_worker, initargs=(os.getpid(), worker_threads(n), modules))
+        initializer=_start_worker, initargs=(os.getpid(), worker_threads(n), modules,
+                                             None if task is None else task.setup, () if task is None else task.setup_args))
     failure: BaseException | None = None
     try:
-        futures = {pool.submit(_run_config_in_worker, config): i for i, config in enumerate(configs)}
+        futures = {pool.submit(_run_in_worker, function, config): i for i, config in enumerate(configs)}
         for future in concurrent.futures.as_completed(futures):
             i = futures[future]
             if future.cancelled():

@@ -13,11 +13,15 @@ the code revision of stored runs unchanged.
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import torch
 
 from ...common.checks import check_choice, check_int, check_number
 from ...common.devices import resolve_device
@@ -25,6 +29,7 @@ from ...common.provenance import code_revision
 from ...common.store import ResultStore, config_hash
 from ...data.autoencoder import ConvAutoencoder
 from ..paper_numbers import paper_table, paper_value
+from ..worker_pool import WorkerTask, check_workers, compute_side_by_side
 from . import dirt
 from . import study as st
 
@@ -142,9 +147,10 @@ class DGStudy:
     ``shared`` (the precomputed images), ``exchange`` (the translator parts every client receives once)."""
 
     def __init__(self, plan: Mapping[str, Any], store: ResultStore, translation_root: str | None = None,
-                 threads: int | None = None):
+                 threads: int | None = None, workers: int = 1):
         from .experiments import set_threads
 
+        self.workers = check_workers(workers)
         self.plan = dict(plan)
         self.store = store
         self.threads = set_threads(threads)
@@ -226,6 +232,15 @@ class DGStudy:
         out.update({f"{a:g} held-out": (d.heldout_x[a], d.heldout_y) for a in d.test_angles})
         return out
 
+    def _train_kwargs(self) -> dict[str, Any]:
+        """The arguments of :func:`dirt.train_federated` every run of the plan shares."""
+        p = self.plan
+        return dict(batch_size=p["batch_size"], lr=p["lr"], width=p["width"], norm="instance", seed=p["seed"],
+                    eval_every=p["eval_every"], device=p["device"])
+
+    def _views(self, method: dirt.DGMethod) -> torch.Tensor | None:
+        return {"translated": self.bank, "shared": self.shared, None: None}[type(method).view]
+
     def run(self, method: dirt.DGMethod, period: int, run: int) -> dict[str, Any]:
         """One (method, period, run), from the result store when the same code finished it before."""
         if self.data is None:
@@ -234,12 +249,9 @@ class DGStudy:
         cfg = self.config(method, period, run)
         key = config_hash(cfg)
         if key not in self._runs:
-            views = {"translated": self.bank, "shared": self.shared, None: None}[type(method).view]
-            p = self.plan
             result = self.store.cached(EXPERIMENT, cfg, lambda: dirt.train_federated(
-                method, self.data.x, self.data.y, views=views, period=period, iterations=cfg["iterations"],
-                batch_size=p["batch_size"], lr=p["lr"], width=p["width"], norm="instance", seed=p["seed"], run=run,
-                eval_every=p["eval_every"], tests=self.tests(), device=p["device"]), revision=self.revision)
+                method, self.data.x, self.data.y, views=self._views(method), period=period, iterations=cfg["iterations"],
+                run=run, tests=self.tests(), **self._train_kwargs()), revision=self.revision)
             self._runs[key] = {**result, "config": cfg}
         return self._runs[key]
 
@@ -248,19 +260,72 @@ class DGStudy:
         ``periods`` otherwise."""
         return self.plan["shared_periods"] if type(method).view == "shared" else self.plan["periods"]
 
-    def run_all(self, progress: bool = False) -> list[dict[str, Any]]:
-        """Every (method, period, run) of the plan, in that order."""
+    def run_all(self, progress: bool = False, workers: int | None = None) -> list[dict[str, Any]]:
+        """Every (method, period, run) of the plan, in that order.
+
+        ``workers`` (default: the study's): with more than 1, the runs the result store does not hold are trained
+        that many at a time, each in a spawned process (:mod:`fda_core.experiments.worker_pool`), and saved as each
+        finishes. The workers load the clients' data, the precomputed images and the test sets once, from a file
+        written here, and train exactly what this process would: on a CPU bit for bit at equal thread counts (each
+        worker gets ``threads // workers``, at least 1), on a GPU the same computation."""
+        workers = self.workers if workers is None else check_workers(workers)
+        if self.data is None:
+            self.prepare()
+        plan = [(method_key(m, self.plan["lam"]), period, r) for m in self.plan["method_objects"]
+                for period in self.periods_of(m) for r in range(self.plan["runs"])]
+        shown: set[str] = set()
+        if workers > 1:
+            shown = self._train_side_by_side(plan, workers, progress)
         out = []
-        for method in self.plan["method_objects"]:
-            for period in self.periods_of(method):
-                for r in range(self.plan["runs"]):
-                    rec = self.run(method, period, r)
-                    if progress:
-                        print(f"  {rec['label']}, period {period}, run {r}: " + ", ".join(
-                            f"{k} {v:.1f}" for k, v in rec["final"].items() if k not in ("iteration", "syncs", "params")),
-                            flush=True)
-                    out.append(rec)
+        for method, period, r in plan:
+            rec = self.run(method, period, r)
+            if progress and config_hash(rec["config"]) not in shown:
+                print(self._progress_line(rec, period, r), flush=True)
+            out.append(rec)
         return out
+
+    @staticmethod
+    def _progress_line(rec: Mapping[str, Any], period: int, run: int) -> str:
+        return f"  {rec['label']}, period {period}, run {run}: " + ", ".join(
+            f"{k} {v:.1f}" for k, v in rec["final"].items() if k not in ("iteration", "syncs", "params"))
+
+    def _train_side_by_side(self, plan: Sequence[tuple], workers: int, progress: bool) -> set[str]:
+        """Train the runs of ``plan`` the store does not hold in ``workers`` processes, saving each as it finishes;
+        returns the store keys of the runs it printed a progress line for."""
+        missing, seen = [], set()
+        for method, period, r in plan:
+            cfg = self.config(method, period, r)
+            key = config_hash(cfg)
+            if key in self._runs or key in seen:
+                continue
+            found = self.store.load(EXPERIMENT, cfg, self.revision)
+            if found is not None:
+                self._runs[key] = {**found, "config": cfg}
+                continue
+            seen.add(key)
+            missing.append((method, period, r, cfg, key))
+        shown: set[str] = set()
+        if not missing:
+            return shown
+        with tempfile.TemporaryDirectory(prefix="fda-dg-") as tmp:
+            path = Path(tmp) / "clients.pt"
+            torch.save(dict(x=self.data.x, y=self.data.y, views={"translated": self.bank, "shared": self.shared},
+                            tests=self.tests(), kwargs=self._train_kwargs()), path)
+            task = WorkerTask(_train_in_worker, _load_clients, (str(path),))
+            items = [(method, period, r, cfg["iterations"]) for method, period, r, cfg, _ in missing]
+
+            def describe(j: int) -> str:
+                method, period, r, *_ = missing[j]
+                return f"run {r} of {method.display_label} at period {period} ({EXPERIMENT!r})"
+
+            with contextlib.closing(compute_side_by_side(items, workers, describe=describe, task=task)) as done:
+                for j, result in done:
+                    method, period, r, cfg, key = missing[j]
+                    self._runs[key] = {**self.store.put(EXPERIMENT, cfg, result, self.revision), "config": cfg}
+                    if progress:
+                        print(self._progress_line(self._runs[key], period, r), flush=True)
+                        shown.add(key)
+        return shown
 
     # -- notes ---------------------------------------------------------------------------------------------
     def setting_note(self) -> str:
@@ -284,6 +349,26 @@ class DGStudy:
         name = "FedDIRT_RotatedFashionMNIST" if self.plan["dataset"] == "fashion" else "FedDIRT_RotatedMNIST"
         t = paper_table(name)
         return f"Paper: {t.attrs['source']}; {t.attrs['setting']}."
+
+
+# -- runs in worker processes (DGStudy.run_all with workers > 1) -------------------------------------------
+#: what a worker process trains on, loaded once by :func:`_load_clients`
+_CLIENTS: dict[str, Any] = {}
+
+
+def _load_clients(path: str) -> None:
+    """A worker's set-up: the clients' data, the precomputed images, the test sets and the shared training
+    arguments, from the file :meth:`DGStudy._train_side_by_side` wrote."""
+    _CLIENTS.clear()
+    _CLIENTS.update(torch.load(path))
+
+
+def _train_in_worker(item: tuple) -> dict[str, Any]:
+    """One run, (method, period, run, iterations), as :meth:`DGStudy.run` trains it."""
+    method, period, run, iterations = item
+    c = _CLIENTS
+    return dirt.train_federated(method, c["x"], c["y"], views=c["views"][type(method).view] if type(method).view else None,
+                                period=period, iterations=iterations, run=run, tests=c["tests"], **c["kwargs"])
 
 
 # -- tables -------------------------------------------------------------------------------------------------
