@@ -384,3 +384,26 @@ def test_tuned_options_run_per_target_under_the_methods_label():
         federated.sweep_configs(BASE, ["apfl"], targets=["e0"], tuned={"e0": {"apfl": {"alpha": 2.0}}})
     with pytest.raises(ValueError, match="tuned must be keyed by targets"):
         federated.sweep_configs(BASE, ["apfl"], targets=["e0"], tuned={"e9": {"apfl": {"alpha": 0.5}}})
+
+
+@pytest.mark.timeout(300)
+def test_source_sweep_report_side_by_side_gives_the_runs_of_one_after_another(tmp_path):
+    """workers=2: every run of the sweep is computed first in two worker processes (which load the data set the
+    caller gave, here a test class, from a file) and saved; the tables, choices and runs are those of workers=1,
+    bit for bit (one thread everywhere); a second report reads every run back from the store."""
+    grid = {"ditto": ("lam", (0.0, 1.0)), "apfl": ("alpha", (0.25,))}
+    kw = dict(held_out=["e0", "e2"], seeds=[0], grid=grid, dataset=Blobs())
+    one = source_sweep_report(BASE, **kw)
+    store = ResultStore(tmp_path)
+    two = source_sweep_report(BASE, store=store, workers=2, **kw)
+    assert two.chosen == one.chosen
+    pd.testing.assert_frame_equal(two.runs, one.runs)
+    pd.testing.assert_frame_equal(two.choice, one.choice)
+    assert [accs(r) for r in two.results] == [accs(r) for r in one.results]
+    assert store.counts["source_sweep"] == {"reused": 0, "computed": 2 * 2 * 3, "stale": 0}
+    reread = ResultStore(tmp_path)
+    again = source_sweep_report(BASE, store=reread, workers=2, **kw)
+    assert again.chosen == one.chosen
+    assert reread.counts["source_sweep"] == {"reused": 12, "computed": 0, "stale": 0}
+    with pytest.raises(ValueError, match="workers"):
+        source_sweep_report(BASE, workers=0, **kw)

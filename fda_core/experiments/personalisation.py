@@ -17,7 +17,13 @@ that run on the target).
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import math
+import tempfile
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -30,7 +36,7 @@ from .flat import cross_entropy
 from .methods import ClientInfo, Method, Option, RoundInfo, RoundPlan, ServerResult, register_method
 
 __all__ = ["Ditto", "FedRep", "APFL", "KNNPer", "head_indices", "KNN_WEIGHT_GRID", "KNN_CAPACITY_GRID",
-           "SOURCE_SWEEP_GRID", "source_sweep"]
+           "SOURCE_SWEEP_GRID", "source_sweep", "compute_sweep_runs"]
 
 #: Roles of the methods' own mini-batch streams (``Run.train_local`` keys; the engine's roles are 0-2).
 _ROLE_HEAD_SOURCE, _ROLE_HEAD_TARGET = 10, 11
@@ -409,22 +415,12 @@ SOURCE_SWEEP_GRID: dict[str, tuple[str, tuple[Any, ...]]] = {
 }
 
 
-def source_sweep(method: str, option: str, values: Any, base: dict[str, Any], *, held_out: Any,
-                 pseudo_target: Any, seeds: Any = (0,), dataset: Any = None, store: Any = None,
-                 experiment: str = "source_sweep") -> list[dict[str, Any]]:
-    """Choose a hidden hyper-parameter on SOURCE data only (``docs/baselines.md`` § Source-data sweep): the real
-    target ``held_out`` is removed from the data set, ``pseudo_target`` (one of the remaining domains) plays the
-    target, and ``method`` runs with ``option`` at each of ``values`` and each seed under the config ``base``
-    (:data:`fda_core.experiments.federated.DEFAULT_CONFIG` keys).
-
-    Every run goes through ``store`` (a :class:`fda_core.common.store.ResultStore` or None) under
-    ``experiment``, keyed by its config plus the held-out domain and tied to the code that ran it, so a re-run
-    only computes what is missing. Every config is validated before the first run.
-
-    Returns the runs' results in the order (value, seed), each with ``"labels"``: {option, value, seed,
-    held_out}; ``result["config"]`` is the resolved config (its ``target`` is the pseudo-target)."""
+def _sweep_configs(method: str, option: str, values: Any, base: dict[str, Any], held_out: Any, pseudo_target: Any,
+                   seeds: Any, dataset: Any) -> tuple[_WithoutEnv, int, str, list[tuple[Any, int, dict[str, Any]]]]:
+    """The runs of one :func:`source_sweep` call: the data set without ``held_out``, the index dropped, the
+    held-out domain's name, and (value, seed, resolved config) per run, every config validated."""
     from ..data.datasets import get_dataset
-    from .federated import code_revision_of, make_config, run_experiment, store_key
+    from .federated import make_config
     from .methods import get_method
 
     spec = get_method(method)
@@ -441,17 +437,143 @@ def source_sweep(method: str, option: str, values: Any, base: dict[str, Any], *,
     if pseudo_target not in sub.ENVIRONMENTS:
         raise ValueError(f"pseudo_target must be one of the domains left after holding out {held_out!r}: "
                          f"{sub.ENVIRONMENTS}, got {pseudo_target!r}")
-    held_name = str(ds.ENVIRONMENTS[drop])
     configs = [(v, s, make_config(**{**base, "target": pseudo_target, "seed": s, "rule": method,
                                      "method_options": {**base.get("method_options", {}), option: v}}))
                for v in values for s in seeds]
+    return sub, drop, str(ds.ENVIRONMENTS[drop]), configs
+
+
+def _sweep_key(config: dict[str, Any], held_name: str) -> dict[str, Any]:
+    """A sweep run's store key: the run's key plus the held-out domain."""
+    from .federated import store_key
+
+    return {**store_key(config), "held_out": held_name}
+
+
+def source_sweep(method: str, option: str, values: Any, base: dict[str, Any], *, held_out: Any,
+                 pseudo_target: Any, seeds: Any = (0,), dataset: Any = None, store: Any = None,
+                 experiment: str = "source_sweep", computed: Mapping[str, dict[str, Any]] | None = None
+                 ) -> list[dict[str, Any]]:
+    """Choose a hidden hyper-parameter on SOURCE data only (``docs/baselines.md`` § Source-data sweep): the real
+    target ``held_out`` is removed from the data set, ``pseudo_target`` (one of the remaining domains) plays the
+    target, and ``method`` runs with ``option`` at each of ``values`` and each seed under the config ``base``
+    (:data:`fda_core.experiments.federated.DEFAULT_CONFIG` keys).
+
+    Every run goes through ``store`` (a :class:`fda_core.common.store.ResultStore` or None) under
+    ``experiment``, keyed by its config plus the held-out domain and tied to the code that ran it, so a re-run
+    only computes what is missing. Every config is validated before the first run. ``computed``: results already
+    at hand, by the hash of that key (:func:`compute_sweep_runs`), used instead of the store.
+
+    Returns the runs' results in the order (value, seed), each with ``"labels"``: {option, value, seed,
+    held_out}; ``result["config"]`` is the resolved config (its ``target`` is the pseudo-target)."""
+    from ..common.store import config_hash
+    from .federated import code_revision_of, run_experiment
+
+    sub, _, held_name, configs = _sweep_configs(method, option, values, base, held_out, pseudo_target, seeds, dataset)
     revision = code_revision_of(configs[0][2]["rule"]) if store is not None else None
     out = []
     for v, s, c in configs:
         def compute(c: dict[str, Any] = c) -> dict[str, Any]:
             return run_experiment(_dataset=sub, **c)
 
-        res = (store.cached(experiment, {**store_key(c), "held_out": held_name}, compute, revision)
-               if store is not None else compute())
+        key = _sweep_key(c, held_name)
+        if computed is not None and config_hash(key) in computed:
+            res = computed[config_hash(key)]
+        else:
+            res = store.cached(experiment, key, compute, revision) if store is not None else compute()
         out.append({**res, "labels": {"option": option, "value": v, "seed": s, "held_out": held_name}})
     return out
+
+
+# -- the sweep's runs side by side (source_sweep_report(workers=N)) ---------------------------------------------
+#: a worker's data set, built once by :func:`_load_sweep_dataset`
+_SWEEP_DATASET: dict[str, Any] = {}
+
+
+def _load_sweep_dataset(path: str) -> None:
+    """A worker's set-up: the sweep's data set, from the file :func:`compute_sweep_runs` wrote (the caller's own
+    object, so a data set given as an object rather than by name is the one the workers use)."""
+    import torch
+
+    _SWEEP_DATASET["ds"] = torch.load(path, weights_only=False)  # written by this process's caller, moments ago
+
+
+def _run_held_out(item: tuple[int, dict[str, Any]]) -> dict[str, Any]:
+    """One sweep run in a worker: (index of the held-out domain, resolved config)."""
+    from .federated import run_experiment
+
+    drop, config = item
+    return run_experiment(_dataset=_WithoutEnv(_SWEEP_DATASET["ds"], drop), **config)
+
+
+def compute_sweep_runs(calls: Sequence[dict[str, Any]], base: dict[str, Any], *, store: Any, experiment: str,
+                       workers: int, dataset: Any = None) -> dict[str, dict[str, Any]]:
+    """Every run of several :func:`source_sweep` calls (``calls``: their keyword arguments method, option, values,
+    held_out, pseudo_target, seeds), the store's or computed ``workers`` at a time in spawned processes
+    (:mod:`fda_core.experiments.worker_pool`; each worker loads the data set, ``dataset`` or the one ``base``
+    names, once from a file written here), each saved to ``store`` as it finishes. Returns {hash of the run's store key: result}, to pass to
+    :func:`source_sweep` as ``computed``. On a CPU the results are those of one run after another bit for bit at
+    equal thread counts."""
+    from ..common.store import ResultStore, config_hash
+    from .federated import code_revision_of, run_experiment
+    from .worker_pool import WorkerTask, check_workers, compute_side_by_side
+
+    workers = check_workers(workers)
+    if store is not None and not isinstance(store, ResultStore):
+        store = ResultStore(store)
+    out: dict[str, dict[str, Any]] = {}
+    missing: list[tuple[int, dict[str, Any], dict[str, Any], str | None]] = []
+    queued: set[str] = set()
+    for call in calls:
+        _, drop, held_name, configs = _sweep_configs(call["method"], call["option"], call["values"], base,
+                                                     call["held_out"], call["pseudo_target"], call.get("seeds", (0,)),
+                                                     dataset)
+        for _, _, c in configs:
+            key = _sweep_key(c, held_name)
+            h = config_hash(key)
+            if h in out or h in queued:
+                continue
+            revision = code_revision_of(c["rule"]) if store is not None else None
+            found = store.load(experiment, key, revision) if store is not None else None
+            if found is not None:
+                out[h] = found
+            else:
+                queued.add(h)
+                missing.append((drop, c, key, revision))
+    if not missing:
+        return out
+    ds = dataset if dataset is not None else _dataset_of(base)
+    where = type(ds).__module__
+    side_by_side = workers > 1 and len(missing) > 1
+    if side_by_side and (where == "__main__" or importlib.util.find_spec(where) is None):
+        warnings.warn(f"workers={workers}: the data set's class {type(ds).__qualname__} is defined in {where!r}, which "
+                      f"a worker process cannot import; computing the {len(missing)} run(s) in this process, one after "
+                      "another", RuntimeWarning, stacklevel=2)
+        side_by_side = False
+    if not side_by_side:
+        for drop, c, key, revision in missing:
+            result = run_experiment(_dataset=_WithoutEnv(ds, drop), **c)
+            out[config_hash(key)] = store.put(experiment, key, result, revision) if store is not None else result
+        return out
+
+    def describe(j: int) -> str:
+        drop, c, key, _ = missing[j]
+        return (f"sweep run {j + 1} of {len(missing)} of {experiment!r} (rule {c['rule']!r}, options "
+                f"{c['method_options']}, held out {key['held_out']!r}, target {c['target']!r}, seed {c['seed']})")
+
+    with tempfile.TemporaryDirectory(prefix="fda-sweep-") as tmp:
+        path = Path(tmp) / "dataset.pt"
+        torch.save(ds, path)  # the caller's own object: a data set given as an object is the one the workers use
+        task = WorkerTask(_run_held_out, _load_sweep_dataset, (str(path),))
+        items = [(drop, c) for drop, c, _, _ in missing]
+        with contextlib.closing(compute_side_by_side(items, workers, describe=describe, task=task)) as done:
+            for j, result in done:
+                _, _, key, revision = missing[j]
+                out[config_hash(key)] = store.put(experiment, key, result, revision) if store is not None else result
+    return out
+
+
+def _dataset_of(base: dict[str, Any]) -> Any:
+    from ..data.datasets import get_dataset
+
+    return get_dataset(base["dataset"], **base.get("dataset_options", {}))

@@ -22,9 +22,10 @@ from ..common.store import ResultStore
 from ..experiments.federated import run_many, sweep_configs
 from ..experiments.methods import get_method, paper_label
 from ..experiments.paper_numbers import beside_paper, paper_setting, paper_table
-from ..experiments.personalisation import SOURCE_SWEEP_GRID, source_sweep
+from ..experiments.personalisation import SOURCE_SWEEP_GRID, compute_sweep_runs, source_sweep
 from ..experiments.tables import (beta_table, format_value, results_table, setting_note, summary_table,
                                   timings_table)
+from ..experiments.worker_pool import check_workers
 from ..viz.plotting import plot_accuracy_vs_shift, plot_beta_grid, plot_method_bars, save_figure
 
 __all__ = ["Comparison", "compare_methods", "auto_beta_report", "SourceSweep", "source_sweep_report", "STATISTICS"]
@@ -252,7 +253,7 @@ def source_sweep_report(base: Mapping[str, Any], *, held_out: Sequence[Any], see
                         methods: Sequence[str] | None = None, value: str = "final_acc",
                         store: ResultStore | str | None = None, experiment: str = "source_sweep",
                         dataset: Any = None, out_dir: str | Path | None = None, table_name: str | None = None,
-                        timings_stem: str | None = None, quick: bool = False) -> SourceSweep:
+                        timings_stem: str | None = None, quick: bool = False, workers: int = 1) -> SourceSweep:
     """Choose the baselines' hidden options on source data only, per held-out target (``docs/baselines.md``
     § Source-data sweep).
 
@@ -264,11 +265,16 @@ def source_sweep_report(base: Mapping[str, Any], *, held_out: Sequence[Any], see
     (specs, e.g. a notebook's ``baselines``) keeps only the grid's methods among them.
 
     With ``out_dir`` and ``table_name`` writes ``<table_name>.csv`` (:attr:`SourceSweep.runs`) and
-    ``<table_name>_choice.csv`` (:attr:`SourceSweep.choice`), each with a note generated from the runs."""
+    ``<table_name>_choice.csv`` (:attr:`SourceSweep.choice`), each with a note generated from the runs.
+
+    ``workers`` (≥ 1): with more than 1, every run of the sweep the store lacks is computed first, that many at a
+    time in spawned processes (:func:`fda_core.experiments.personalisation.compute_sweep_runs`; the workers load
+    the data set once from a file written here), the same runs as one after another."""
     from ..data.datasets import get_dataset
 
     if value not in STATISTICS:
         raise ValueError(f"value must be one of {sorted(STATISTICS)}, got {value!r}")
+    workers = check_workers(workers)
     held_out = list(held_out)
     if not held_out:
         raise ValueError("held_out must name at least one target, got none")
@@ -281,6 +287,13 @@ def source_sweep_report(base: Mapping[str, Any], *, held_out: Sequence[Any], see
     if len(ds.ENVIRONMENTS) < 3:
         raise ValueError(f"the source-data sweep needs 3 or more domains (a held-out target, a pseudo-target and a "
                          f"source), got {list(ds.ENVIRONMENTS)}")
+    computed = None
+    if workers > 1:  # every run first, side by side; the loop below then reads them from ``computed``
+        calls = [dict(method=rule, option=option, values=values, held_out=target, pseudo_target=pseudo, seeds=seeds)
+                 for target in held_out for rule, (option, values) in grid.items()
+                 for pseudo in [e for i, e in enumerate(ds.ENVIRONMENTS) if i != ds.env_index(target)]]
+        computed = compute_sweep_runs(calls, dict(base), store=store, experiment=experiment, workers=workers,
+                                      dataset=ds)
     rows, choice, chosen, results = [], [], {}, []
     for target in held_out:
         pseudo_targets = [e for i, e in enumerate(ds.ENVIRONMENTS) if i != ds.env_index(target)]
@@ -291,7 +304,7 @@ def source_sweep_report(base: Mapping[str, Any], *, held_out: Sequence[Any], see
             scores = {v: [] for v in values}
             for pseudo in pseudo_targets:
                 runs = source_sweep(rule, option, values, dict(base), held_out=target, pseudo_target=pseudo,
-                                    seeds=seeds, dataset=ds, store=store, experiment=experiment)
+                                    seeds=seeds, dataset=ds, store=store, experiment=experiment, computed=computed)
                 results += runs
                 per_run = results_table(runs)
                 for v in values:
