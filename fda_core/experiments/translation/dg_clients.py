@@ -109,8 +109,6 @@ class DeferredLosses:
 class LoopClients:
     """M copies of ``make_net()`` loaded with ``start`` (P,), each with its own ``torch.optim.Adam`` (lr)."""
 
-    form = "loop"
-
     def __init__(self, make_net: Callable[[], nn.Module], keys: Sequence[str], start: Tensor, n_clients: int,
                  lr: float, load: Callable[[nn.Module, Sequence[str], Tensor], None],
                  flat: Callable[[nn.Module, Sequence[str]], Tensor]):
@@ -157,8 +155,6 @@ class BatchedClients:
     ``start`` (P,), trained by one ``vmap``-ed step per iteration and :class:`FlatAdam` (lr) on all rows.
     ``keys``: the parameter names in the order of the exchanged vector (the model's floating-point state, which
     for a model without buffers is its parameters in order)."""
-
-    form = "vmap"
 
     def __init__(self, net: nn.Module, keys: Sequence[str], start: Tensor, n_clients: int, lr: float):
         blockers = batching_blockers(net)

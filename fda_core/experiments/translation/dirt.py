@@ -381,7 +381,7 @@ def train_federated(method: DGMethod, x: Tensor, y: Tensor, *, views: Tensor | N
     xd, yd = x.to(dev), y.to(dev)
     views_d = None if views is None else views.to(dev)
     rows = torch.arange(m_clients, device=dev).unsqueeze(1)  # (M, 1): client m's row of every (M, B) index
-    tests = dict(tests or {})
+    tests = {name: (tx.to(dev), ty.to(dev)) for name, (tx, ty) in (tests or {}).items()}  # on the device once
     curve, losses = [], []
     pending = DeferredLosses(m_clients)
     steps, syncs, it = 0, 0, 0
@@ -391,7 +391,7 @@ def train_federated(method: DGMethod, x: Tensor, y: Tensor, *, views: Tensor | N
         nonlocal steps
         server.eval()
         point = dict(iteration=it, syncs=syncs, params=int(log.total()))
-        point.update({name: _accuracy(server, tx.to(dev), ty.to(dev)) for name, (tx, ty) in tests.items()})
+        point.update({name: _accuracy(server, tx, ty) for name, (tx, ty) in tests.items()})
         curve.append(point)
         loss_sum, ce_sum = pending.read()
         losses.append(dict(iteration=it, loss=loss_sum / max(steps, 1), ce=ce_sum / max(steps, 1)))
