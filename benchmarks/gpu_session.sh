@@ -14,7 +14,7 @@
 # 900 s of device time, the start (~100 s) included, and a warm machine goes back after 30 s idle: plan one long call.
 # Next lease, first call (carry [".whl"] from `gpu_wheels.sh --slim`, 38 MB with POT and SurvSet; .gpudata/MNIST only
 # for inb-full and nb04full; timeout_s 600, DEADLINE_S=565, NB_LIMIT=330):
-#   gputest-cuda kernels agg hostwork fedcompgn parallel dirt nb07p nb05p   (gputest-cuda: the new sync counts of tensor
+#   gputest-cuda dirt kernels agg hostwork fedcompgn parallel nb07p nb05p   (gputest-cuda: the new sync counts of tensor
 #   arguments, 1 for host tensors and 3 for device tensors, the flat form through the kernels and the prepared rule's
 #   CUDA graph (tests/test_prepared.py) are unverified on a GPU; agg: flat+out now runs the layer-wise kernels with one
 #   segment, and the `prepared` forms replay them from a CUDA graph (both unmeasured); kernels: the late launch, now
