@@ -511,11 +511,12 @@ def compute_sweep_runs(calls: Sequence[dict[str, Any]], base: dict[str, Any], *,
     """Every run of several :func:`source_sweep` calls (``calls``: their keyword arguments method, option, values,
     held_out, pseudo_target, seeds), the store's or computed ``workers`` at a time in spawned processes
     (:mod:`fda_core.experiments.worker_pool`; each worker loads the data set, ``dataset`` or the one ``base``
-    names, once from a file written here), each saved to ``store`` as it finishes. Returns {hash of the run's store key: result}, to pass to
-    :func:`source_sweep` as ``computed``. On a CPU the results are those of one run after another bit for bit at
-    equal thread counts."""
+    names, once from a file written here), each saved to ``store`` as it finishes. Returns {hash of the run's store
+    key: result}, to pass to :func:`source_sweep` as ``computed``; with a single run to compute (or a data set whose
+    class a worker cannot import) it is left out, and ``source_sweep`` computes it as it would without ``computed``.
+    On a CPU the results are those of one run after another bit for bit at equal thread counts."""
     from ..common.store import ResultStore, config_hash
-    from .federated import code_revision_of, run_experiment
+    from .federated import code_revision_of
     from .worker_pool import WorkerTask, check_workers, compute_side_by_side
 
     workers = check_workers(workers)
@@ -550,10 +551,7 @@ def compute_sweep_runs(calls: Sequence[dict[str, Any]], base: dict[str, Any], *,
                       f"a worker process cannot import; computing the {len(missing)} run(s) in this process, one after "
                       "another", RuntimeWarning, stacklevel=2)
         side_by_side = False
-    if not side_by_side:
-        for drop, c, key, revision in missing:
-            result = run_experiment(_dataset=_WithoutEnv(ds, drop), **c)
-            out[config_hash(key)] = store.put(experiment, key, result, revision) if store is not None else result
+    if not side_by_side:  # nothing to share out: source_sweep computes these as it would without ``computed``
         return out
 
     def describe(j: int) -> str:

@@ -367,7 +367,7 @@ def _train_in_worker(item: tuple) -> dict[str, Any]:
     """One run, (method, period, run, iterations), as :meth:`DGStudy.run` trains it."""
     method, period, run, iterations = item
     c = _CLIENTS
-    return dirt.train_federated(method, c["x"], c["y"], views=c["views"][type(method).view] if type(method).view else None,
+    return dirt.train_federated(method, c["x"], c["y"], views=c["views"].get(type(method).view),
                                 period=period, iterations=iterations, run=run, tests=c["tests"], **c["kwargs"])
 
 
