@@ -27,7 +27,8 @@
 #   recomputed), now with `workers`; dirt: notebook 08's clients, loop against one batched step, both without host
 #   reads since the ninth session (benchmarks/feddirt.py; the loop took 2.6 ms per client step on an H200 before)),
 #   then the paper-scale notebooks one per call with NB_LIMIT, carrying .gpustore (nb08p: 17 min extrapolated before
-#   the ninth session's changes, now batched clients and `workers`).
+#   the ninth session's changes, now batched clients and `workers`; nb06p: notebook 06 at the paper's sizes, new in the
+#   tenth session, never timed on a device: carry .gpudata/MNIST and .gpustore, perhaps two calls).
 # The notebook steps 04, 05, 07 and 08 compute WORKERS runs side by side (-p workers; default: the best count of this
 # call's `parallel` step, else 4).
 # The notebook steps keep their finished runs in .gpustore (STORE), which comes back as store.tgz inside the session's
@@ -81,7 +82,7 @@ for s in "$@"; do
     # 2026-11-26; the default now forms them in a third Triton kernel, LAYERWISE_COEFFICIENTS = "kernel")
     agg-tcoef) step agg-tcoef 120 python3 benchmarks/aggregation.py --device cuda --coefficients torch --json "$OUT/agg-tcoef.json" ;;
     # the tests parametrised over devices, their CUDA cases only (the segmented kernels and the batched clients)
-    gputest-cuda) step gputest-cuda 120 python3 -m pytest -q -p no:cacheprovider -k "cuda or gpu" tests/test_segmented.py tests/test_batched_clients.py tests/test_prepared.py tests/test_dirt.py ;;
+    gputest-cuda) step gputest-cuda 120 python3 -m pytest -q -p no:cacheprovider -k "cuda or gpu" tests/test_segmented.py tests/test_batched_clients.py tests/test_prepared.py tests/test_dirt.py tests/test_translation.py ;;
     gputest) step gputest 240 python3 -m pytest -q -p no:cacheprovider tests/test_segmented.py tests/test_aggregation.py tests/test_federated.py tests/test_batched_clients.py ;;
     variants) step variants 120 python3 benchmarks/aggregation_variants.py --device cuda --chunks 1024 ;;
     pd) step pd 150 python3 benchmarks/phase_diagram.py --device cuda --json "$OUT/pd.json" ;;
@@ -102,6 +103,9 @@ for s in "$@"; do
     nb04full) step nb04full "${NB_LIMIT:-300}" python3 -m fda_core run 04 -p results_dir "$STORE" -p paper_scale true -p data_root .gpudata -p workers "$(workers)" --out /tmp/executed --no-progress ;;
     nb05full) step nb05full "${NB_LIMIT:-300}" python3 -m fda_core run 05 -p results_dir "$STORE" -p base fashion_mnist -p data_root .gpudata -p sections '["faithful"]' -p faithful_settings '["paper", "reference"]' -p faithful_trials 3 -p figures_dir /tmp/nb05full -p workers "$(workers)" --out /tmp/executed --no-progress ;;
     nb06) step nb06 200 python3 -m fda_core run 06 -p results_dir "$STORE" --out /tmp/executed --no-progress ;;
+    # notebook 06 at the paper's sizes (full MNIST: carry .gpudata/MNIST) with the paper's metric, Sinkhorn, batched
+    # on the device (exact EMD runs on the host: about 0.6 s per pair of 1,000 digits, hours per notebook)
+    nb06p) step nb06p "${NB_LIMIT:-300}" python3 -m fda_core run 06 -p results_dir "$STORE" -p paper_scale true -p data_root .gpudata -p wd_method sinkhorn --out /tmp/executed --no-progress ;;
     nb07p) step nb07p "${NB_LIMIT:-110}" python3 -m fda_core run 07 -p results_dir "$STORE" -p paper_scale true -p workers "$(workers)" --out /tmp/executed --no-progress ;;
     dirt) step dirt 150 python3 benchmarks/feddirt.py --device cuda --width 1 --iterations 100 --repeats 3 --json "$OUT/dirt.json" ;;
     nb08p) step nb08p "${NB_LIMIT:-200}" python3 -m fda_core run 08 -p results_dir "$STORE" -p paper_scale true -p workers "$(workers)" --out /tmp/executed --no-progress ;;

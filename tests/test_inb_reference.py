@@ -340,3 +340,27 @@ def test_vw_with_v_a_multiple_of_n_is_the_plain_run_with_vw_messages():
         assert built["params_total"] > plain["params_total"]  # V + 1 edges per message instead of n values
     with pytest.raises(ValueError, match="multiple of n=8"):
         ex.vw_record_from_plain(plain, 12)
+
+
+def test_translate_all_takes_classes_of_unequal_counts():
+    """Held-out data whose classes hold different counts (MNIST's test file: 892 to 1,135 digits per class), in
+    any order: translate_all batches the classes of equal count and returns class-sorted digits, each translated as
+    translate() translates it; a class whose count differs between clients is refused, naming it."""
+    doms, labs = _pixels(classes=3)
+    model = FedINB(2, 3, 10, seed=1, device="cpu").fit(doms, labs)
+    held, held_labs = _pixels(n=12, classes=3, seed=5)
+    keep = torch.cat([torch.arange(0, 5), torch.arange(12, 21), torch.arange(24, 26)])  # 5, 9 and 2 per class
+    shuffle = torch.randperm(keep.numel(), generator=torch.Generator().manual_seed(0))
+    held = [x[keep][shuffle] for x in held]
+    held_labs = [y[keep][shuffle] for y in held_labs]
+    seen = 0
+    for depth, s, tgt, out, lab in model.translate_all(held, held_labs, [0, 1, 2]):
+        order = torch.argsort(held_labs[s], stable=True)
+        assert lab.tolist() == [0] * 5 + [1] * 9 + [2] * 2
+        want = model.translate(held[s][order], s, tgt, held_labs[s][order], layers=depth)
+        assert torch.allclose(out.double(), want, rtol=0, atol=1e-9), (depth, s, tgt)
+        seen += 1
+    assert seen == 3 * 3 * 2
+    uneven = [held_labs[0], held_labs[1], torch.where(held_labs[2] == 2, 1, held_labs[2])]
+    with pytest.raises(ValueError, match="class 1 has"):
+        next(model.translate_all(held, uneven, [1]))

@@ -224,6 +224,22 @@ def test_wasserstein_emd_and_sinkhorn_agree():
     assert chunked >= emd - 1e-6
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs CUDA"))])
+def test_wasserstein_on_a_device_is_the_host_value(device):
+    """``device`` moves the costs and the batched Sinkhorn there: on the CPU the same bits as the default, on
+    CUDA the same values to float32 GEMM rounding (the exact solver always runs on the host)."""
+    g = torch.Generator().manual_seed(1)
+    pairs = [(torch.rand(n, 16, generator=g), torch.rand(n, 16, generator=g) + 0.2) for n in (40, 40, 25)]
+    for method in ("emd", "sinkhorn"):
+        host = wasserstein_distances(pairs, method, 0.05)
+        there = wasserstein_distances(pairs, method, 0.05, device=device)
+        if device == "cpu":
+            assert np.array_equal(host, there), method
+        else:
+            assert np.allclose(there, host, rtol=1e-4, atol=0), method
+
+
 # ---------------------------------------------------------------------------------- autoencoder
 def test_autoencoder_shapes_and_training_runs():
     ae = ConvAutoencoder()
@@ -431,3 +447,66 @@ def test_study_notes_come_from_the_configs_that_ran(tmp_path):
         st.resolve_plan(variants=["StarGAN"])
     with pytest.raises(ValueError, match="wd_method"):
         st.resolve_plan(wd_method="fid")
+
+
+def test_held_out_digits_zero_keeps_every_digit_left(tmp_path):
+    """n_test_per_class = 0: every test-file digit (data_root; unequal classes kept) or, on MNIST-5k, the
+    500 − n_train digits per class that are not training digits; the training digits are those of n_test > 0."""
+    from fda_core.data.rotated_domains import load_idx_images, rotated_mnist
+
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    rng = np.random.default_rng(1)
+    test_labels = np.array([0] * 5 + [1] * 7 + [2] * 3 + list(range(3, 10)) * 2)  # classes of 5, 7, 3, 2, ... digits
+    for split, labels in (("train", np.arange(40) % 10), ("t10k", test_labels)):
+        _write_idx(raw / f"{split}-images-idx3-ubyte.gz", rng.integers(0, 256, (len(labels), 28, 28)))
+        _write_idx(raw / f"{split}-labels-idx1-ubyte.gz", labels)
+    dom = rotated_mnist((0, 30), n_train_per_class=3, n_test_per_class=0, data_root=str(tmp_path))
+    idx = load_idx_images(tmp_path)
+    assert dom.test_y[0].tolist() == sorted(test_labels.tolist())
+    assert torch.equal(dom.test_x[0], idx["test_x"][torch.sort(idx["test_y"], stable=True).indices].reshape(-1, 784))
+    assert torch.equal(dom.train_x[0], rotated_mnist((0, 30), 3, 2, str(tmp_path)).train_x[0])
+    five_k = rotated_mnist((0, 30), n_train_per_class=480, n_test_per_class=0)
+    assert torch.bincount(five_k.test_y[1]).tolist() == [20] * 10 and five_k.train_x[0].shape == (4800, 784)
+    held_out = set(map(tuple, five_k.test_x[0].tolist()))
+    assert not any(row in held_out for row in map(tuple, five_k.train_x[0].tolist()))  # disjoint
+    with pytest.raises(ValueError, match="n_test_per_class >= 0"):
+        rotated_mnist((0, 30), 3, -1)
+    with pytest.raises(ValueError, match="n_train_per_class < 500"):
+        rotated_mnist((0, 30), 500, 0)
+
+
+def test_paper_scale_plans(tmp_path):
+    """Notebook 06's paper_scale: the paper's digit counts and every layer's WD (needs data_root), DIRT's
+    StarGAN at k = 16 and 128; refused beside quick or without data_root, before anything loads."""
+    from fda_core.experiments.translation import stargan_study as sgs
+    from fda_core.experiments.translation import study as st
+
+    plan = st.resolve_plan(paper_scale=True, data_root=str(tmp_path), L=4)
+    assert (plan["n_train_per_class"], plan["n_test_per_class"]) == (1000, 0) and plan["paper_scale"]
+    assert plan["eval_depths"] == [0, 1, 2, 3, 4] and plan["J"] == 100 and plan["V_values"] == [50, 200, 500, 2000]
+    assert plan["wd_chunk"] == 2000 and st.resolve_plan()["wd_chunk"] == 1000  # no class of MNIST's test file split
+    with pytest.raises(ValueError, match="wd_chunk must be an integer >= 2"):
+        st.resolve_plan(wd_chunk=1)
+    with pytest.raises(ValueError, match="needs data_root"):
+        st.resolve_plan(paper_scale=True)
+    with pytest.raises(ValueError, match="exclude each other"):
+        st.resolve_plan(paper_scale=True, quick=True, data_root=str(tmp_path))
+    with pytest.raises(ValueError, match="n_test_per_class must be an integer >= 0"):
+        st.resolve_plan(n_test_per_class=-1)
+    sg = sgs.resolve_stargan(paper_scale=True)
+    assert (sg["iterations"], sg["sync_steps"], sg["conv_dim"], sg["g_repeat"]) == (2048, [16, 128], 64, 6)
+    assert sgs.resolve_stargan()["conv_dim"] == 8 and not sgs.resolve_stargan()["paper_scale"]
+    with pytest.raises(ValueError, match="exclude each other"):
+        sgs.resolve_stargan(paper_scale=True, quick=True)
+
+
+def test_study_note_counts_every_held_out_digit(tmp_path):
+    from fda_core.common.store import ResultStore
+    from fda_core.experiments.translation import study as st
+
+    plan = st.resolve_plan(angles=[0, 45], n_train_per_class=490, n_test_per_class=0, L=1, K=2, J=3, V=6,
+                           variant="INB", variants=["INB"], J_values=[2], V_values=[4], eval_depths=[0])
+    s = st.TranslationStudy(plan, ResultStore(tmp_path))
+    assert "490 training digits per class and client, and every other digit held out (100 per client)" in \
+        s.setting_note()

@@ -48,12 +48,14 @@ def squared_distances(a: Tensor, b: Tensor) -> Tensor:
 
 
 def wasserstein_distances(pairs: list[tuple[Tensor, Tensor]], method: str = "emd", reg: float = 0.02,
-                          max_iter: int = 1000, tol: float = 1e-6, chunk: int = 1000, seed: int = 0) -> np.ndarray:
+                          max_iter: int = 1000, tol: float = 1e-6, chunk: int = 1000, seed: int = 0,
+                          device: str | torch.device | None = None) -> np.ndarray:
     """WD (squared-Euclidean OT cost) of each pair (x (n, d), y (m, d)); returns (len(pairs),) float64.
 
     Problems of equal size share one batched cost computation (and one batched Sinkhorn). ``chunk`` ≥ 2
     caps the points per side of one OT problem (random split, costs averaged weighted by chunk size);
-    ``seed`` fixes the split.
+    ``seed`` fixes the split. ``device``: where the cost matrices and the batched Sinkhorn are computed (default
+    the CPU; e.g. ``"cuda"``); the exact solver always runs on the host, on costs computed there.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -61,6 +63,7 @@ def wasserstein_distances(pairs: list[tuple[Tensor, Tensor]], method: str = "emd
         raise ValueError(f"chunk must be an integer >= 2, got {chunk!r}")
     if method == "sinkhorn" and not reg > 0:
         raise ValueError(f"reg must be > 0 for Sinkhorn, got {reg}")
+    device = torch.device("cpu") if device is None else torch.device(device)
     gen = torch.Generator().manual_seed(seed)
     problems: list[tuple[int, float, Tensor, Tensor]] = []  # (pair index, weight, xs, ys)
     for i, (x, y) in enumerate(pairs):
@@ -80,10 +83,10 @@ def wasserstein_distances(pairs: list[tuple[Tensor, Tensor]], method: str = "emd
         b = torch.stack([problems[j][3] for j in members])
         if not bool(torch.isfinite(a.sum(dtype=torch.float64) + b.sum(dtype=torch.float64))):  # NaN/inf propagate
             raise ValueError("x or y contains NaN or infinite values")
-        cost = squared_distances(a, b)
+        cost = squared_distances(a.to(device), b.to(device))
         if method == "emd":
             wa, wb = np.full(n, 1.0 / n), np.full(m, 1.0 / m)
-            vals = [float(ot.emd2(wa, wb, c, numItermax=10_000_000)) for c in cost.numpy()]
+            vals = [float(ot.emd2(wa, wb, c, numItermax=10_000_000)) for c in cost.cpu().numpy()]
         else:
             eps = reg * cost.mean(dim=(1, 2))  # relative ε, one per problem
             res = ot.batch.solve_batch(cost / eps[:, None, None], reg=1.0, method="log_sinkhorn", max_iter=max_iter,
@@ -95,6 +98,7 @@ def wasserstein_distances(pairs: list[tuple[Tensor, Tensor]], method: str = "emd
 
 
 def wasserstein_distance(x: Tensor, y: Tensor, method: str = "emd", reg: float = 0.02, max_iter: int = 1000,
-                         tol: float = 1e-6, chunk: int = 1000, seed: int = 0) -> float:
+                         tol: float = 1e-6, chunk: int = 1000, seed: int = 0,
+                         device: str | torch.device | None = None) -> float:
     """WD between x (n, d) and y (m, d): the squared-Euclidean OT cost (W₂²), see the module docstring."""
-    return float(wasserstein_distances([(x, y)], method, reg, max_iter, tol, chunk, seed)[0])
+    return float(wasserstein_distances([(x, y)], method, reg, max_iter, tol, chunk, seed, device)[0])

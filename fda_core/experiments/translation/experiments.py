@@ -128,9 +128,10 @@ def _class_pairs(xs: torch.Tensor, ys: torch.Tensor, xt: torch.Tensor, yt: torch
     return [(xs[ys == c], xt[yt.to(xt.device) == c]) for c in classes]
 
 
-def identity_wd(domains: RotatedDomains, method: str = "emd", reg: float = 0.02, chunk: int = 1000) -> pd.DataFrame:
+def identity_wd(domains: RotatedDomains, method: str = "emd", reg: float = 0.02, chunk: int = 1000,
+                device: str | torch.device | None = None) -> pd.DataFrame:
     """WD of the identity translator on held-out data: per (source, target ≠ source, class),
-    WD(real target digits, untranslated source digits)."""
+    WD(real target digits, untranslated source digits). ``device``: where the costs (and Sinkhorn) are computed."""
     rows, pairs = [], []
     m = len(domains.test_x)
     classes = sorted(domains.test_y[0].unique().tolist())
@@ -139,14 +140,16 @@ def identity_wd(domains: RotatedDomains, method: str = "emd", reg: float = 0.02,
             if s != t:
                 pairs += _class_pairs(domains.test_x[s], domains.test_y[s], domains.test_x[t], domains.test_y[t], classes)
                 rows += [dict(source=s, target=t, label=c) for c in classes]
-    wd = wasserstein_distances([(b, a) for a, b in pairs], method, reg, chunk=chunk)
+    wd = wasserstein_distances([(b, a) for a, b in pairs], method, reg, chunk=chunk, device=device)
     return pd.DataFrame(rows).assign(wd=wd)
 
 
 def wd_by_depth(model: FedINB, domains: RotatedDomains, depths, method: str = "emd", reg: float = 0.02,
-                chunk: int = 1000, known: dict[int, pd.DataFrame] | None = None) -> pd.DataFrame:
+                chunk: int = 1000, known: dict[int, pd.DataFrame] | None = None,
+                device: str | torch.device | None = None) -> pd.DataFrame:
     """Held-out WD after ℓ layers for ℓ in ``depths``: per (depth, source, target ≠ source, class),
-    WD(real target digits, digits translated source → target) (paper Sec. 4 Metrics).
+    WD(real target digits, digits translated source → target) (paper Sec. 4 Metrics). ``device``: where the
+    costs (and Sinkhorn) are computed.
 
     ``known``: depth → rows of this table already measured (e.g. depth 0, where every translator of one
     variant and input transform is the same map); those depths are not translated again."""
@@ -160,7 +163,7 @@ def wd_by_depth(model: FedINB, domains: RotatedDomains, depths, method: str = "e
         p += [(domains.test_x[t][domains.test_y[t] == c], xs[(ys == c).to(xs.device)].cpu()) for c in classes]
         r += [dict(depth=depth, source=s, target=t, label=c) for c in classes]
     for depth, (r, p) in by_depth.items():
-        rows.append(pd.DataFrame(r).assign(wd=wasserstein_distances(p, method, reg, chunk=chunk)))
+        rows.append(pd.DataFrame(r).assign(wd=wasserstein_distances(p, method, reg, chunk=chunk, device=device)))
     return pd.concat(rows, ignore_index=True).sort_values(["depth", "source", "target", "label"], kind="stable",
                                                           ignore_index=True)
 
@@ -208,7 +211,7 @@ def run_translation(config: dict, domains: RotatedDomains, autoencoders=None, gr
     t1 = time.perf_counter()
     key = (model.variant, model.input_transform_, method, reg, chunk)
     known = {0: depth0_cache[key]} if depth0_cache is not None and key in depth0_cache else None
-    wd = wd_by_depth(model, domains, depths, method, reg, chunk, known=known)
+    wd = wd_by_depth(model, domains, depths, method, reg, chunk, known=known, device=model.device)
     if depth0_cache is not None and 0 in depths:
         depth0_cache.setdefault(key, wd[wd.depth == 0].reset_index(drop=True))
     eval_seconds = time.perf_counter() - t1
@@ -240,7 +243,7 @@ def run_translation(config: dict, domains: RotatedDomains, autoencoders=None, gr
     if sinkhorn_check:
         other = "sinkhorn" if method == "emd" else "emd"
         t2 = time.perf_counter()
-        wd2 = wd_by_depth(model, domains, [model.n_layers], other, reg, chunk)
+        wd2 = wd_by_depth(model, domains, [model.n_layers], other, reg, chunk, device=model.device)
         result["cross_check"] = dict(method=other, wd=float(wd2.wd.mean()), wd_primary=curve[-1]["wd"],
                                      seconds=time.perf_counter() - t2)
     if grid_per_class > 0:

@@ -618,10 +618,12 @@ class FedINB:
     def translate_all(self, domains: Sequence[Tensor], labels: Sequence[Tensor], depths: Sequence[int],
                       pairs: Sequence[tuple[int, int]] | None = None):
         """Translations of every client's (held-out) data to every other client after ℓ layers, for ℓ in
-        ``depths``. domains/labels as in :meth:`fit` (equal per-class counts across clients). Yields
-        (depth, source, target, translated (N, D) in class-sorted order, labels (N,)).
+        ``depths``. domains/labels as in :meth:`fit`: every client holds the same number of samples of a class,
+        and classes may differ in their counts (e.g. MNIST's test file). Yields (depth, source, target,
+        translated (N, D) in class-sorted order, labels (N,)).
 
-        Batched over classes; the forward passes are shared between depths and targets.
+        Batched over the classes of one fitted block that hold equally many samples; the forward passes are
+        shared between depths and targets.
         """
         domains, labels = self._check_fit_input(domains, labels)
         if len(domains) != self.n_domains:
@@ -632,18 +634,24 @@ class FedINB:
         m = self.n_domains
         pairs = [(s, t) for s in range(m) for t in range(m) if s != t] if pairs is None else list(pairs)
         z_dom = [self._encode(x, i) for i, x in enumerate(domains)]
-        blocks = []  # per block: (class rows, stacked z (G', M, n, d), labels)
+        blocks = []  # per group of one block's classes of equal count: (block, class rows, z (G', M, n, d), labels)
         for block in self._blocks:
-            cls = [c for c in block.classes if bool((labels[0] == c).any())]
-            if not cls:
-                continue
-            counts = {int((y == c).sum()) for y in labels for c in cls}
-            if len(counts) != 1:
-                raise ValueError("translate_all needs the same number of samples per class and client")
-            rows = torch.tensor([self._class_pos[c][1] for c in cls], device=self.device)
-            z = torch.stack([torch.stack([zd[(y == c).to(zd.device)] for zd, y in zip(z_dom, labels)]) for c in cls])
-            lab = torch.tensor(cls).repeat_interleave(counts.pop())
-            blocks.append((block, rows, z, lab))
+            by_count: dict[int, list[int]] = {}
+            for c in block.classes:
+                counts = {int((y == c).sum()) for y in labels}
+                if len(counts) != 1:
+                    raise ValueError(f"translate_all needs the same number of samples of a class on every client: "
+                                     f"class {c} has {sorted(counts)}")
+                if (n := counts.pop()) > 0:
+                    by_count.setdefault(n, []).append(c)
+            for n, cls in sorted(by_count.items()):
+                rows = torch.tensor([self._class_pos[c][1] for c in cls], device=self.device)
+                z = torch.stack([torch.stack([zd[(y == c).to(zd.device)] for zd, y in zip(z_dom, labels)])
+                                 for c in cls])
+                blocks.append((block, rows, z, torch.tensor(cls).repeat_interleave(n)))
+        all_labels = torch.cat([b[3] for b in blocks]) if blocks else torch.zeros(0, dtype=torch.long)
+        # class-sorted output order; None where the groups already come in that order (one group per block)
+        order = None if bool((all_labels[1:] >= all_labels[:-1]).all()) else torch.argsort(all_labels, stable=True)
         cur = [b[2] for b in blocks]  # forward state, depth 0
         done = 0
         for depth in depths:
@@ -659,7 +667,10 @@ class FedINB:
                         zc = block.layers[layer].apply(zc, t, inverse=True, rows=rows)
                     parts.append(zc.reshape(-1, zc.shape[-1]))
                     labs.append(lab)
-                yield depth, s, t, self._decode(torch.cat(parts), t), torch.cat(labs)
+                out, lab_out = self._decode(torch.cat(parts), t), torch.cat(labs)
+                if order is not None:
+                    out, lab_out = out[order.to(out.device)], lab_out[order]
+                yield depth, s, t, out, lab_out
 
     @staticmethod
     def _apply_rows_all(layer: INBLayer, z: Tensor, rows: Tensor) -> Tensor:

@@ -100,7 +100,7 @@ def gan_wd(gen: StarGenerator, test_x: Sequence[Tensor], test_y: Sequence[Tensor
             if s != t:
                 out = translate_gan(gen, test_x[s].to(dev), s, t).cpu()
                 pairs += [(test_x[t][test_y[t] == c], out[test_y[s] == c]) for c in classes]
-    return float(wasserstein_distances(pairs, method, reg, chunk=chunk).mean())
+    return float(wasserstein_distances(pairs, method, reg, chunk=chunk, device=dev).mean())
 
 
 def train_fedstargan(train_x: Sequence[Tensor], *, sync_every: int, iterations: int, batch_size: int = 16,

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ...common.checks import check_int
 from ...common.devices import resolve_device
 from ...common.provenance import code_revision
 from ...common.store import ResultStore, config_hash
@@ -23,11 +24,16 @@ from . import experiments as ex
 from .inb import VARIANTS
 from .translators import load_translator, save_translator, translator_path
 
-__all__ = ["EXPERIMENT", "QUICK", "OPTIONS", "translation_revision", "resolve_plan", "TranslationStudy", "run_label",
-           "option_of"]
+__all__ = ["EXPERIMENT", "QUICK", "PAPER_SCALE", "OPTIONS", "translation_revision", "resolve_plan", "TranslationStudy",
+           "run_label", "option_of"]
 
 #: the result store's folder of notebook 06's runs (and the stem of its timings)
 EXPERIMENT = "06_inb_translation"
+
+#: the Fed INB paper's sizes (Sec. 4 Datasets, Metrics): 1,000 training digits per class and client from full MNIST
+#: (``data_root``), the whole test file held out (0: every held-out digit; the paper's 10,000 test digits) and WD
+#: after every layer, each class's digits in one OT problem (no class of MNIST's test file has more than 1,135)
+PAPER_SCALE = dict(n_train_per_class=1000, n_test_per_class=0, eval_depths="every layer", wd_chunk=2000)
 
 #: sizes of a quick run (tests, about a minute)
 QUICK = dict(n_train_per_class=50, n_test_per_class=20, L=2, K=5, J=10, V=20, J_values=[5, 10], V_values=[10, 40],
@@ -59,20 +65,35 @@ def translation_revision() -> str:
     return code_revision(ex.__name__)
 
 
-def resolve_plan(*, quick: bool = False, seed: int = 0, device: str = "auto", data_root: str = "",
+def resolve_plan(*, quick: bool = False, paper_scale: bool = False, seed: int = 0, device: str = "auto", data_root: str = "",
                  angles: Sequence[float] = (0, 15, 30, 45, 60), n_train_per_class: int = 400,
                  n_test_per_class: int = 100, L: int = 10, K: int = 10, J: int = 100, V: int = 500,
                  variant: str = "IndAEINB", variants: Sequence[str] = ("INB", "AEINB", "IndAEINB"),
                  J_values: Sequence[int] = (10, 30, 50, 100, 200), V_values: Sequence[int] = (50, 200, 500, 2000),
                  eval_depths: Sequence[int] = (0, 1, 2, 3, 5, 7, 10), ae_epochs: int = 8, ae_shared_epochs: int = 2,
-                 wd_method: str = "emd", wd_reg: float = 0.02, option: str = "reference",
+                 wd_method: str = "emd", wd_reg: float = 0.02, wd_chunk: int = 1000, option: str = "reference",
                  compare_options: bool = True) -> dict[str, Any]:
     """Notebook 06's parameters resolved into one plan: ``quick`` replaces the sizes by :data:`QUICK`; the J
     and V sweeps always contain J and V; WD is measured at depth 0 and after the last layer besides
-    ``eval_depths``. ``option``: the option set of every reproduction run (:data:`OPTIONS`);
-    ``compare_options``: also fit the runs of the paper's Table 5 (INB, Hist INB with V, the plan's variant)
-    with the other option set (WD at depth 0 and after the last layer only). Raises ValueError for an unknown
-    variant, WD method or option."""
+    ``eval_depths``. ``wd_chunk``: the most digits per side of one OT problem (a larger class is split at random
+    and the chunks' costs averaged, :func:`~fda_core.core.wasserstein.wasserstein_distances`).
+    ``paper_scale`` replaces the digit counts, ``eval_depths`` and ``wd_chunk`` by :data:`PAPER_SCALE`
+    (the paper's sizes; needs ``data_root`` with full MNIST). ``n_test_per_class`` 0 holds out every digit
+    left (:func:`~fda_core.data.rotated_domains.rotated_mnist`). ``option``: the option set of every reproduction
+    run (:data:`OPTIONS`); ``compare_options``: also fit the runs of the paper's Table 5 (INB, Hist INB with V,
+    the plan's variant) with the other option set (WD at depth 0 and after the last layer only). Raises
+    ValueError for an unknown variant, WD method or option, for ``quick`` with ``paper_scale``, and for
+    ``paper_scale`` without ``data_root``."""
+    if quick and paper_scale:
+        raise ValueError("quick and paper_scale exclude each other: set at most one of them")
+    if paper_scale:
+        if not data_root:
+            raise ValueError("paper_scale=True needs data_root: a folder with the MNIST IDX files (full MNIST; "
+                             "MNIST-5k has 500 digits per class, the paper's clients 1,000 training digits per class)")
+        n_train_per_class, n_test_per_class = PAPER_SCALE["n_train_per_class"], PAPER_SCALE["n_test_per_class"]
+        eval_depths, wd_chunk = range(L + 1), PAPER_SCALE["wd_chunk"]
+    check_int(n_train_per_class, "n_train_per_class", 2)
+    check_int(n_test_per_class, "n_test_per_class", 0)
     if quick:
         n_train_per_class, n_test_per_class, L, K, J, V = (QUICK[k] for k in (
             "n_train_per_class", "n_test_per_class", "L", "K", "J", "V"))
@@ -87,12 +108,13 @@ def resolve_plan(*, quick: bool = False, seed: int = 0, device: str = "auto", da
     if option not in OPTIONS:
         raise ValueError(f"option must be one of {tuple(OPTIONS)}, got {option!r}")
     return dict(
-        quick=bool(quick), seed=int(seed), device=device, data_root=data_root, angles=[float(a) for a in angles],
+        quick=bool(quick), paper_scale=bool(paper_scale), seed=int(seed), device=device, data_root=data_root, angles=[float(a) for a in angles],
         n_train_per_class=int(n_train_per_class), n_test_per_class=int(n_test_per_class), L=int(L), K=int(K),
         J=int(J), V=int(V), variant=variant, variants=list(dict.fromkeys(variants)),
         J_values=sorted({int(j) for j in J_values} | {int(J)}), V_values=sorted({int(v) for v in V_values} | {int(V)}),
         eval_depths=sorted({int(d) for d in eval_depths if 0 <= int(d) <= L} | {0, int(L)}),
         ae_epochs=int(ae_epochs), ae_shared_epochs=int(ae_shared_epochs), wd_method=wd_method, wd_reg=float(wd_reg),
+        wd_chunk=check_int(wd_chunk, "wd_chunk", 2),
         option=option, compare_options=bool(compare_options))
 
 
@@ -148,6 +170,15 @@ def _describe_run(config: Mapping[str, Any], eval_depths: Sequence[int] | None =
             + f", {option_of(config)} option{depths}")
 
 
+def _digit_counts(data: Mapping[str, Any], domains: Any) -> str:
+    """The setting note's digit counts: n_train and n_test per class and client, or with ``n_test`` 0 (every
+    held-out digit) the held-out digits per client that ``domains`` holds."""
+    if data["n_test"]:
+        return f"{data['n_train']} training and {data['n_test']} held-out digits per class and client"
+    return (f"{data['n_train']} training digits per class and client, and every other digit held out "
+            f"({domains.test_x[0].shape[0]:,} per client)")
+
+
 class TranslationStudy:
     """The translator configurations of one notebook-06 run, fitted through the result store.
 
@@ -173,7 +204,7 @@ class TranslationStudy:
             data=dict(angles=p["angles"], n_train=p["n_train_per_class"], n_test=p["n_test_per_class"],
                       data_root=p["data_root"], source=self.domains.source),
             seed=p["seed"], device=resolve_device(p["device"]).type, n_layers=p["L"], n_directions=p["K"],
-            eval_depths=p["eval_depths"], wd_method=p["wd_method"], wd_reg=p["wd_reg"],
+            eval_depths=p["eval_depths"], wd_method=p["wd_method"], wd_reg=p["wd_reg"], wd_chunk=p["wd_chunk"],
             ae=dict(epochs=p["ae_epochs"], shared_epochs=p["ae_shared_epochs"]))
         self.revision = translation_revision()
         self.autoencoders: dict[str, Any] | None = None
@@ -193,7 +224,7 @@ class TranslationStudy:
         ind, self.ae_info["individual"] = ex.get_autoencoders(
             "individual", self.domains, b["ae"]["epochs"], b["seed"], b["device"], self.ae_cache, self.store.recompute)
         self.autoencoders = {"INB": None, "AEINB": shared, "IndAEINB": ind}
-        self.identity = ex.identity_wd(self.domains, b["wd_method"], b["wd_reg"])
+        self.identity = ex.identity_wd(self.domains, b["wd_method"], b["wd_reg"], b["wd_chunk"], device=b["device"])
         self.wd_identity = float(self.identity.wd.mean())
         return self.ae_info
 
@@ -370,8 +401,7 @@ class TranslationStudy:
         angles = ", ".join(f"{a:g}" for a in d["angles"])
         return (f"Setting: Rotated MNIST from {d['source']}"
                 + (f" ({d['data_root']})" if d["data_root"] and d["data_root"] not in d["source"] else "")
-                + f"; clients at {angles} degrees; {d['n_train']} training and {d['n_test']} held-out digits per class "
-                f"and client; L={b['n_layers']} layers, K={b['n_directions']} directions; seed={b['seed']}; "
+                + f"; clients at {angles} degrees; {_digit_counts(d, self.domains)}; L={b['n_layers']} layers, K={b['n_directions']} directions; seed={b['seed']}; "
                 f"device={b['device']}; autoencoders trained {b['ae']['epochs']} epochs (one per client, IndAEINB) "
                 f"and {b['ae']['shared_epochs']} epochs (shared, AEINB); WD = {b['wd_method']} (squared-Euclidean OT "
                 f"cost) on held-out digits after layers {self.base['eval_depths']}, mean over {m * (m - 1)} ordered "
