@@ -109,6 +109,10 @@ for s in "$@"; do
     nb07p) step nb07p "${NB_LIMIT:-110}" python3 -m fda_core run 07 -p results_dir "$STORE" -p paper_scale true -p workers "$(workers)" --out /tmp/executed --no-progress ;;
     dirt) step dirt 150 python3 benchmarks/feddirt.py --device cuda --width 1 --iterations 100 --repeats 3 --json "$OUT/dirt.json" ;;
     nb08p) step nb08p "${NB_LIMIT:-200}" python3 -m fda_core run 08 -p results_dir "$STORE" -p paper_scale true -p workers "$(workers)" --out /tmp/executed --no-progress ;;
+    # notebook 06's held-out WD: exact EMD on the host, Sinkhorn on the host (as before `device`) and on the GPU; at
+    # notebook 06's default sizes, then at the paper's (the whole MNIST test file: carry .gpudata/MNIST)
+    wd) step wd 120 python3 benchmarks/wasserstein.py --device cuda --json "$OUT/wd.json" ;;
+    wd-full) step wd-full 300 python3 benchmarks/wasserstein.py --device cuda --data-root .gpudata --n-per-class 0 --forms emd device --json "$OUT/wd-full.json" ;;
     inb) step inb 170 python3 benchmarks/inb.py --device cuda --threads 0 --json "$OUT/inb.json" ;;
     # the paper's size: 1,000 digits per class of full MNIST (carry .gpudata/MNIST and POT: gpu_wheels.sh --pot-only)
     inb-full) step inb-full 240 python3 benchmarks/inb.py --device cuda --threads 0 --n-per-class 1000 --data-root .gpudata --no-reference --json "$OUT/inb-full.json" ;;

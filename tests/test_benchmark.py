@@ -270,3 +270,22 @@ def test_feddirt_benchmark_smoke():
     assert out["ratio_loop_over_vmap"] > 0
     # the two forms train the same model to float32 rounding
     assert abs(out["final_loss"]["loop"] - out["final_loss"]["vmap"]) < 1e-3 * abs(out["final_loss"]["loop"])
+
+
+@pytest.mark.timeout(300)
+def test_wasserstein_benchmark_smoke():
+    """benchmarks/wasserstein.py --quick times notebook 06's held-out WD by EMD and by Sinkhorn on the host and on
+    the device (here the CPU: the same bits), with Sinkhorn's small bias against the exact value."""
+    before = torch.get_num_threads()
+    try:
+        out = _load("wasserstein").main(["--quick", "--device", "cpu"])
+        only = _load("wasserstein").main(["--quick", "--device", "cpu", "--forms", "emd", "device"])
+    finally:
+        torch.set_num_threads(before)
+    assert set(out["seconds"]) == {"emd", "sinkhorn host", "sinkhorn device"} and out["problems"] == 20
+    assert out["max_rel_diff_device_vs_host"] == 0 and out["held_out_per_class"] == [12] * 10
+    assert 0 < out["sinkhorn_bias_vs_emd"] < 0.03  # entropic OT's plan costs a little more than the optimal one
+    assert set(only["seconds"]) == {"emd", "sinkhorn device"} and "ratio_host_over_device_sinkhorn" not in only
+    assert only["mean_wd"]["emd"] == out["mean_wd"]["emd"]
+    with pytest.raises(SystemExit):
+        _load("wasserstein").main(["--n-per-class", "0"])  # the whole test file needs --data-root
