@@ -13,9 +13,10 @@
 # bash benchmarks/gpu_data.sh mnist, carry [".whl", ".gpudata/MNIST"] (2026-11-26: 60 MiB with the tree). A lease is
 # 900 s of device time, the start (~100 s) included, and a warm machine goes back after 30 s idle: plan one long call.
 # Next lease, first call (carry [".whl"] from `gpu_wheels.sh --slim`, 38 MB with POT and SurvSet; .gpudata/MNIST only
-# for inb-full and nb04full; timeout_s 600, DEADLINE_S=565, NB_LIMIT=330):
-#   gputest-cuda dirt kernels agg hostwork fedcompgn parallel nb07p nb05p   (gputest-cuda: the new sync counts of tensor
-#   arguments, 1 for host tensors and 3 for device tensors, the flat form through the kernels and the prepared rule's
+# for inb-full, wd-full, nb04full and nb06p; timeout_s 600, DEADLINE_S=565, NB_LIMIT=330):
+#   gputest-cuda dirt wd kernels agg hostwork fedcompgn parallel nb07p nb05p   (wd: notebook 06's WD, Sinkhorn on the
+#   device since the tenth session, 20 s or so; gputest-cuda: now with tests/test_translation.py's device case; the
+#   new sync counts of tensor arguments, 1 for host tensors and 3 for device tensors, the flat form through the kernels and the prepared rule's
 #   CUDA graph (tests/test_prepared.py) are unverified on a GPU; agg: flat+out now runs the layer-wise kernels with one
 #   segment, and the `prepared` forms replay them from a CUDA graph (both unmeasured); kernels: the late launch, now
 #   the default, against its `early reduction` row, and the `prepared` row; hostwork: the prepared form's host work;
