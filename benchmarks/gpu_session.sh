@@ -106,7 +106,7 @@ for s in "$@"; do
     nb06) step nb06 200 python3 -m fda_core run 06 -p results_dir "$STORE" --out /tmp/executed --no-progress ;;
     # notebook 06 at the paper's sizes (full MNIST: carry .gpudata/MNIST) with the paper's metric, Sinkhorn, batched
     # on the device (exact EMD runs on the host: about 0.6 s per pair of 1,000 digits, hours per notebook)
-    nb06p) step nb06p "${NB_LIMIT:-300}" python3 -m fda_core run 06 -p results_dir "$STORE" -p paper_scale true -p data_root .gpudata -p wd_method sinkhorn --out /tmp/executed --no-progress ;;
+    nb06p) step nb06p "${NB_LIMIT:-300}" python3 -m fda_core run 06 -p results_dir "$STORE" -p paper_scale true -p data_root .gpudata -p wd_method sinkhorn -p workers "$(workers)" --out /tmp/executed --no-progress ;;
     nb07p) step nb07p "${NB_LIMIT:-110}" python3 -m fda_core run 07 -p results_dir "$STORE" -p paper_scale true -p workers "$(workers)" --out /tmp/executed --no-progress ;;
     dirt) step dirt 150 python3 benchmarks/feddirt.py --device cuda --width 1 --iterations 100 --repeats 3 --json "$OUT/dirt.json" ;;
     nb08p) step nb08p "${NB_LIMIT:-200}" python3 -m fda_core run 08 -p results_dir "$STORE" -p paper_scale true -p workers "$(workers)" --out /tmp/executed --no-progress ;;

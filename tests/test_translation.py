@@ -510,3 +510,43 @@ def test_study_note_counts_every_held_out_digit(tmp_path):
     s = st.TranslationStudy(plan, ResultStore(tmp_path))
     assert "490 training digits per class and client, and every other digit held out (100 per client)" in \
         s.setting_note()
+
+
+def _without_times(value):
+    """A record without its wall-clock times (they differ between any two fits)."""
+    if isinstance(value, dict):
+        return {k: _without_times(v) for k, v in value.items() if "seconds" not in k}
+    if isinstance(value, list):
+        return [_without_times(v) for v in value]
+    return value
+
+
+@pytest.mark.timeout(600)
+def test_study_fits_side_by_side_as_one_after_another(tmp_path):
+    """workers=2: fit_all fits every configuration the notebook's sections ask for in worker processes; the sections
+    then get the records one worker gives, bit for bit (times aside), the drawn run's translator is kept, and a
+    second study reads every run back from the store."""
+    from fda_core.common.store import ResultStore
+    from fda_core.experiments.translation import study as st
+
+    plan = _tiny_plan()
+    one = st.TranslationStudy(plan, ResultStore(tmp_path / "one"), threads=1)
+    two = st.TranslationStudy(plan, ResultStore(tmp_path / "two"), threads=1, workers=2)
+    configs = two.notebook_configs()
+    assert len(configs) == len({st.config_hash(c) for c in configs}) >= 6 and any(c["grid"] for c in configs)
+    assert one.fit_all() == 0  # one worker: each section fits its runs when it asks
+
+    def sections(s):
+        return {"a": s.variant_runs(), "b": s.j_runs(), "v": s.v_runs(), "c": s.plain_vs_hist(), "g": s.grid_runs(),
+                "t": s.trace_runs(), "o": s.option_runs(), "h": s.headline_runs(), "x": s.cross_check_runs()}
+
+    assert two.fit_all() == len(configs)
+    assert f"{len(configs)} computed" in two.store.summary(st.EXPERIMENT)
+    assert _without_times(sections(two)) == _without_times(sections(one))
+    assert f"{len(configs)} computed" in two.store.summary(st.EXPERIMENT)  # the sections fitted nothing more
+    model, reused = two.translator("INB")  # the drawn pixel-INB run's translator, saved by its worker
+    assert reused and model.n_layers == plan["L"]
+    again = st.TranslationStudy(plan, ResultStore(tmp_path / "two"), threads=1, workers=2)
+    assert again.fit_all() == 0 and f"{len(configs)} run(s) reused" in again.store.summary(st.EXPERIMENT)
+    with pytest.raises(ValueError, match="workers must be an integer"):
+        st.TranslationStudy(plan, ResultStore(tmp_path / "three"), workers=0)

@@ -11,6 +11,7 @@ writes a CSV note from those configs, so no note is typed by hand.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from ...common.devices import resolve_device
 from ...common.provenance import code_revision
 from ...common.store import ResultStore, config_hash
 from ..paper_numbers import INB_PAPER, paper_value
+from ..worker_pool import WorkerTask, check_workers, compute_side_by_side
 from . import experiments as ex
 from .inb import VARIANTS
 from .translators import load_translator, save_translator, translator_path
@@ -170,6 +172,34 @@ def _describe_run(config: Mapping[str, Any], eval_depths: Sequence[int] | None =
             + f", {option_of(config)} option{depths}")
 
 
+#: a worker's clients and autoencoders (:func:`_load_translation_data`), read by :func:`_fit_in_worker`
+_WORKER: dict[str, Any] = {}
+
+
+def _load_translation_data(angles, n_train, n_test, data_root, seed, ae, device, ae_cache, store_root,
+                           revision) -> None:
+    """A worker's set-up: the plan's clients (rebuilt from their seed) and the autoencoders that
+    :meth:`TranslationStudy.prepare` cached, as the caller holds them."""
+    domains = ex.load_domains(angles, n_train, n_test, data_root, seed)
+    shared, _ = ex.get_autoencoders("shared", domains, ae["shared_epochs"], seed, device, ae_cache)
+    individual, _ = ex.get_autoencoders("individual", domains, ae["epochs"], seed, device, ae_cache)
+    _WORKER.clear()
+    _WORKER.update(domains=domains, autoencoders={"INB": None, "AEINB": shared, "IndAEINB": individual},
+                   store_root=store_root, revision=revision, depth0={})
+
+
+def _fit_in_worker(cfg: dict[str, Any]) -> dict[str, Any]:
+    """One configuration fitted and evaluated as :meth:`TranslationStudy.run` does it; a drawn run's translator
+    is saved beside where its record goes."""
+    w, keep = _WORKER, {}
+    grid = cfg["grid"]
+    result = ex.run_translation(cfg, w["domains"], w["autoencoders"][cfg["variant"]], grid_per_class=2 if grid else 0,
+                                sinkhorn_check=grid, depth0_cache=w["depth0"], keep=keep)
+    if grid and "model" in keep:
+        save_translator(translator_path(w["store_root"], EXPERIMENT, cfg), keep["model"], cfg, w["revision"])
+    return result
+
+
 def _digit_counts(data: Mapping[str, Any], domains: Any) -> str:
     """The setting note's digit counts: n_train and n_test per class and client, or with ``n_test`` 0 (every
     held-out digit) the held-out digits per client that ``domains`` holds."""
@@ -188,12 +218,17 @@ class TranslationStudy:
 
     After :meth:`prepare`: ``autoencoders`` (per variant), ``ae_info`` and ``identity`` (the identity
     translator's WD per client pair and class) with its mean ``wd_identity``.
+
+    ``workers`` > 1: :meth:`fit_all` fits every configuration of the notebook that the store does not hold in that
+    many processes, side by side (``docs/architecture.md`` § Runs side by side); 1 (default): each section fits its
+    runs when it asks for them.
     """
 
     def __init__(self, plan: Mapping[str, Any], store: ResultStore, ae_cache: str | Path | None = None,
-                 threads: int | None = None):
+                 threads: int | None = None, workers: int = 1):
         self.plan = dict(plan)
         self.store = store
+        self.workers = check_workers(workers)
         self.ae_cache = Path(ae_cache) if ae_cache is not None else Path(store.root) / "06_inb_autoencoders"
         self.threads = ex.set_threads(threads)
         p = self.plan
@@ -213,6 +248,7 @@ class TranslationStudy:
         self.wd_identity: float | None = None
         self._runs: dict[str, dict] = {}
         self._depth0: dict = {}  # depth-0 WD rows per (variant, input transform, WD method), shared by the runs
+        self._asked: list[dict] | None = None  # while fit_all lists the configurations: those the sections ask for
 
     # -- preparation ---------------------------------------------------------------------------------------
     def prepare(self) -> dict[str, dict]:
@@ -251,10 +287,15 @@ class TranslationStudy:
         refitted: their search is the plain one bit for bit, so the record is the plain run's with the VW
         messages counted (:func:`~fda_core.experiments.translation.experiments.vw_record_from_plain`; the plain
         run is fitted or loaded instead). Returns the stored record plus ``config``."""
-        if self.autoencoders is None:
-            self.prepare()
         p = self.plan
         cfg = self.config(variant, n_bins, max_iter, option)
+        if self._asked is not None:  # fit_all is listing what the sections ask for: a stand-in record
+            if not cfg["grid"] and ex.vw_equals_plain(n_bins, p["n_train_per_class"]):
+                return self.run(variant, None, max_iter, option)  # its record will be the plain run's
+            self._asked.append(cfg)
+            return {"name": f"{variant}-{n_bins}-{cfg['max_iter']}-{option_of(cfg)}", "config": cfg}
+        if self.autoencoders is None:
+            self.prepare()
         grid, option, max_iter = cfg["grid"], option_of(cfg), cfg["max_iter"]
         key = config_hash(cfg)
         if key not in self._runs and not grid and ex.vw_equals_plain(n_bins, p["n_train_per_class"]):
@@ -388,6 +429,55 @@ class TranslationStudy:
     def all_runs(self) -> dict[str, dict]:
         """Every run fitted or loaded so far, by its paper name."""
         return {run_label(r): r for r in self._runs.values()}
+
+    def notebook_configs(self) -> list[dict[str, Any]]:
+        """The store keys of every configuration notebook 06's sections ask for, each once, in the order they ask:
+        the sections' own requests, listed by calling them with :meth:`run` answering stand-ins."""
+        self._asked = []
+        try:
+            for section in (self.variant_runs, self.j_runs, self.v_runs, self.plain_vs_hist, self.grid_runs,
+                            self.trace_runs, self.option_runs, self.headline_runs, self.cross_check_runs):
+                section()
+            asked = self._asked
+        finally:
+            self._asked = None
+        unique = {config_hash(c): c for c in asked}
+        return list(unique.values())
+
+    def fit_all(self, progress: bool = False) -> int:
+        """With ``workers`` > 1: fit every configuration of :meth:`notebook_configs` that the store does not hold,
+        in ``workers`` processes side by side, saving each record (and the drawn runs' translators) as it
+        finishes; the sections then read them from the store. Each worker rebuilds the clients' digits from the
+        plan and loads the autoencoders :meth:`prepare` cached. A V that is a multiple of n is not fitted (its
+        record is the plain run's, :meth:`run`), nor is a run the store holds. Returns the number of runs fitted here; with one worker, or fewer
+        than two runs missing, nothing is fitted and the sections fit their runs when they ask."""
+        if self.autoencoders is None:
+            self.prepare()
+        p = self.plan
+        missing = []
+        for cfg in self.notebook_configs():
+            key = config_hash(cfg)
+            if key in self._runs:
+                continue
+            found = self.store.load(EXPERIMENT, cfg, self.revision)
+            if found is not None:
+                self._runs[key] = {**found, "config": cfg}
+            else:
+                missing.append(cfg)
+        if self.workers == 1 or len(missing) < 2:
+            return 0
+        setup = (p["angles"], p["n_train_per_class"], p["n_test_per_class"], p["data_root"], p["seed"],
+                 self.base["ae"], self.base["device"], str(self.ae_cache), self.store.root, self.revision)
+        describe = lambda j: f"{EXPERIMENT} run {_describe_run(missing[j])}"  # noqa: E731
+        task = WorkerTask(_fit_in_worker, _load_translation_data, setup)
+        with contextlib.closing(compute_side_by_side(missing, self.workers, describe=describe, task=task)) as done:
+            for j, result in done:
+                cfg = missing[j]
+                self._runs[config_hash(cfg)] = {**self.store.put(EXPERIMENT, cfg, result, self.revision),
+                                                "config": cfg}
+                if progress:
+                    print(f"  fitted {run_label({'name': result['name'], 'config': cfg})}", flush=True)
+        return len(missing)
 
     # -- notes -----------------------------------------------------------------------------------------------
     def setting_note(self, records: Mapping[str, Mapping[str, Any]] | None = None) -> str:
