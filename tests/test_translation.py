@@ -548,5 +548,11 @@ def test_study_fits_side_by_side_as_one_after_another(tmp_path):
     assert reused and model.n_layers == plan["L"]
     again = st.TranslationStudy(plan, ResultStore(tmp_path / "two"), threads=1, workers=2)
     assert again.fit_all() == 0 and f"{len(configs)} run(s) reused" in again.store.summary(st.EXPERIMENT)
+    lost = next(c for c in configs if not c["grid"])
+    again.store.path(st.EXPERIMENT, lost).unlink()  # one run missing: fitted alone (here), counted once
+    third = st.TranslationStudy(plan, ResultStore(tmp_path / "two"), threads=1, workers=2)
+    assert third.fit_all() == 1 and "1 computed" in third.store.summary(st.EXPERIMENT)
+    assert _without_times(sections(third)) == _without_times(sections(one))
+    assert "1 computed" in third.store.summary(st.EXPERIMENT)
     with pytest.raises(ValueError, match="workers must be an integer"):
         st.TranslationStudy(plan, ResultStore(tmp_path / "three"), workers=0)

@@ -449,8 +449,10 @@ class TranslationStudy:
         in ``workers`` processes side by side, saving each record (and the drawn runs' translators) as it
         finishes; the sections then read them from the store. Each worker rebuilds the clients' digits from the
         plan and loads the autoencoders :meth:`prepare` cached. A V that is a multiple of n is not fitted (its
-        record is the plain run's, :meth:`run`), nor is a run the store holds. Returns the number of runs fitted here; with one worker, or fewer
-        than two runs missing, nothing is fitted and the sections fit their runs when they ask."""
+        record is the plain run's, :meth:`run`), nor is a run the store holds. Returns the number of runs fitted
+        here; with one worker nothing is looked up or fitted, and the sections fit their runs when they ask."""
+        if self.workers == 1:
+            return 0
         if self.autoencoders is None:
             self.prepare()
         p = self.plan
@@ -464,7 +466,7 @@ class TranslationStudy:
                 self._runs[key] = {**found, "config": cfg}
             else:
                 missing.append(cfg)
-        if self.workers == 1 or len(missing) < 2:
+        if not missing:
             return 0
         setup = (p["angles"], p["n_train_per_class"], p["n_test_per_class"], p["data_root"], p["seed"],
                  self.base["ae"], self.base["device"], str(self.ae_cache), self.store.root, self.revision)
