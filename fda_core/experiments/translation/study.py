@@ -67,8 +67,8 @@ def translation_revision() -> str:
     return code_revision(ex.__name__)
 
 
-def resolve_plan(*, quick: bool = False, paper_scale: bool = False, seed: int = 0, device: str = "auto", data_root: str = "",
-                 angles: Sequence[float] = (0, 15, 30, 45, 60), n_train_per_class: int = 400,
+def resolve_plan(*, quick: bool = False, paper_scale: bool = False, seed: int = 0, device: str = "auto",
+                 data_root: str = "", angles: Sequence[float] = (0, 15, 30, 45, 60), n_train_per_class: int = 400,
                  n_test_per_class: int = 100, L: int = 10, K: int = 10, J: int = 100, V: int = 500,
                  variant: str = "IndAEINB", variants: Sequence[str] = ("INB", "AEINB", "IndAEINB"),
                  J_values: Sequence[int] = (10, 30, 50, 100, 200), V_values: Sequence[int] = (50, 200, 500, 2000),
@@ -110,7 +110,8 @@ def resolve_plan(*, quick: bool = False, paper_scale: bool = False, seed: int = 
     if option not in OPTIONS:
         raise ValueError(f"option must be one of {tuple(OPTIONS)}, got {option!r}")
     return dict(
-        quick=bool(quick), paper_scale=bool(paper_scale), seed=int(seed), device=device, data_root=data_root, angles=[float(a) for a in angles],
+        quick=bool(quick), paper_scale=bool(paper_scale), seed=int(seed), device=device, data_root=data_root,
+        angles=[float(a) for a in angles],
         n_train_per_class=int(n_train_per_class), n_test_per_class=int(n_test_per_class), L=int(L), K=int(K),
         J=int(J), V=int(V), variant=variant, variants=list(dict.fromkeys(variants)),
         J_values=sorted({int(j) for j in J_values} | {int(J)}), V_values=sorted({int(v) for v in V_values} | {int(V)}),
@@ -188,16 +189,24 @@ def _load_translation_data(angles, n_train, n_test, data_root, seed, ae, device,
                    store_root=store_root, revision=revision, depth0={})
 
 
-def _fit_in_worker(cfg: dict[str, Any]) -> dict[str, Any]:
-    """One configuration fitted and evaluated as :meth:`TranslationStudy.run` does it; a drawn run's translator
-    is saved beside where its record goes."""
-    w, keep = _WORKER, {}
+def _fit(cfg: dict[str, Any], domains: Any, autoencoders: Any, depth0_cache: dict, store_root: str | Path,
+         revision: str) -> dict[str, Any]:
+    """One configuration fitted and evaluated (:func:`~fda_core.experiments.translation.experiments.run_translation`);
+    a drawn run (``grid``) also keeps translated digits and the Sinkhorn/EMD cross-check, and its translator is
+    saved beside where its record goes (reused by notebook 08, :meth:`TranslationStudy.translator`)."""
+    keep: dict = {}
     grid = cfg["grid"]
-    result = ex.run_translation(cfg, w["domains"], w["autoencoders"][cfg["variant"]], grid_per_class=2 if grid else 0,
-                                sinkhorn_check=grid, depth0_cache=w["depth0"], keep=keep)
+    result = ex.run_translation(cfg, domains, autoencoders, grid_per_class=2 if grid else 0, sinkhorn_check=grid,
+                                depth0_cache=depth0_cache, keep=keep)
     if grid and "model" in keep:
-        save_translator(translator_path(w["store_root"], EXPERIMENT, cfg), keep["model"], cfg, w["revision"])
+        save_translator(translator_path(store_root, EXPERIMENT, cfg), keep["model"], cfg, revision)
     return result
+
+
+def _fit_in_worker(cfg: dict[str, Any]) -> dict[str, Any]:
+    """One configuration, fitted in a worker as :meth:`TranslationStudy.run` fits it here."""
+    w = _WORKER
+    return _fit(cfg, w["domains"], w["autoencoders"][cfg["variant"]], w["depth0"], w["store_root"], w["revision"])
 
 
 def _digit_counts(data: Mapping[str, Any], domains: Any) -> str:
@@ -304,13 +313,9 @@ class TranslationStudy:
             self._runs[key] = {**ex.vw_record_from_plain(plain, n_bins), "config": cfg}
         if key not in self._runs:
             aes = self.autoencoders[variant]
-            keep: dict = {}
             result = self.store.cached(
-                EXPERIMENT, cfg, lambda: ex.run_translation(cfg, self.domains, aes, grid_per_class=2 if grid else 0,
-                                                            sinkhorn_check=grid, depth0_cache=self._depth0, keep=keep),
+                EXPERIMENT, cfg, lambda: _fit(cfg, self.domains, aes, self._depth0, self.store.root, self.revision),
                 revision=self.revision)
-            if grid and "model" in keep:  # the drawn runs' translators are kept for reuse (notebook 08)
-                save_translator(self.translator_path(cfg), keep["model"], cfg, self.revision)
             self._runs[key] = {**result, "config": cfg}
         return self._runs[key]
 
@@ -493,8 +498,9 @@ class TranslationStudy:
         angles = ", ".join(f"{a:g}" for a in d["angles"])
         return (f"Setting: Rotated MNIST from {d['source']}"
                 + (f" ({d['data_root']})" if d["data_root"] and d["data_root"] not in d["source"] else "")
-                + f"; clients at {angles} degrees; {_digit_counts(d, self.domains)}; L={b['n_layers']} layers, K={b['n_directions']} directions; seed={b['seed']}; "
-                f"device={b['device']}; autoencoders trained {b['ae']['epochs']} epochs (one per client, IndAEINB) "
+                + f"; clients at {angles} degrees; {_digit_counts(d, self.domains)}; L={b['n_layers']} layers, "
+                f"K={b['n_directions']} directions; seed={b['seed']}; device={b['device']}; autoencoders trained "
+                f"{b['ae']['epochs']} epochs (one per client, IndAEINB) "
                 f"and {b['ae']['shared_epochs']} epochs (shared, AEINB); WD = {b['wd_method']} (squared-Euclidean OT "
                 f"cost) on held-out digits after layers {self.base['eval_depths']}, mean over {m * (m - 1)} ordered "
                 f"client pairs and {n_classes}.")
