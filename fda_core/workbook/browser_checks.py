@@ -149,15 +149,24 @@ def _move(page: Any, panel: Any, title: str, control: Any, kind: str, timeout: f
         select.select_option(label=choice)
         seconds = _wait_readout(page, readout, old, timeout)
         after = choice
+
+    def shows_value(text: str) -> bool:
+        if kind == "slider":
+            return bool(_numbers(after)) and _numbers(after) <= _numbers(text) or after in text
+        if kind == "checkbox":
+            return ("shown" in text) if after == "True" else ("hidden" in text)
+        return after.split(",")[0] in text
+
+    # a panel may redraw in steps, and on a loaded machine an intermediate readout can outlast the settle time:
+    # wait (within ``timeout``) for the readout to show the new value before judging it
+    deadline = time.perf_counter() + timeout
     new = readout.inner_text()
+    while new != old and not shows_value(new) and time.perf_counter() < deadline:
+        page.wait_for_timeout(50)
+        new = readout.inner_text()
     page.wait_for_timeout(100)
     changed_images = [a != b for a, b in zip(images, _images(panel))]
-    if kind == "slider":
-        shows = bool(_numbers(after)) and _numbers(after) <= _numbers(new) or after in new
-    elif kind == "checkbox":
-        shows = ("shown" in new) if after == "True" else ("hidden" in new)
-    else:
-        shows = after.split(",")[0] in new
+    shows = shows_value(new)
     return Move(title, label, before, after, new != old, shows, any(changed_images), seconds if seconds is not None else float("nan"))
 
 
