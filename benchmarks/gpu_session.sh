@@ -16,8 +16,8 @@
 # for inb-full, wd-full, nb04full and nb06p; timeout_s 600, DEADLINE_S=565, NB_LIMIT=330):
 #   gputest-cuda dirt wd kernels agg hostwork fedcompgn parallel nb07p nb05p   (wd: notebook 06's WD, Sinkhorn on the
 #   device since the tenth session, 20 s or so; gputest-cuda: now with tests/test_translation.py's device case; the
-#   new sync counts of tensor arguments, 1 for host tensors and 3 for device tensors, the flat form through the kernels and the prepared rule's
-#   CUDA graph (tests/test_prepared.py) are unverified on a GPU; agg: flat+out now runs the layer-wise kernels with one
+#   new sync counts of tensor arguments, 1 for host tensors and 3 for device tensors, the flat form through the
+#   kernels and the prepared rule's CUDA graph (tests/test_prepared.py) are unverified on a GPU; agg: flat+out now runs the layer-wise kernels with one
 #   segment, and the `prepared` forms replay them from a CUDA graph (both unmeasured); kernels: the late launch, now
 #   the default, against its `early reduction` row, and the `prepared` row; hostwork: the prepared form's host work;
 #   fedcompgn: client_batching="compile" now trains the target client through the compiled objective too (3.7-4.8x
