@@ -24,8 +24,8 @@ from ...common.store import ResultStore
 from ..paper_numbers import paper_value
 from . import stargan as sg
 
-__all__ = ["EXPERIMENT", "QUICK", "PAPER_SCALE", "METRICS", "resolve_stargan", "stargan_revision", "FedStarGANStudy",
-           "stargan_table", "describe_stargan", "fid_of_translations", "timings_table"]
+__all__ = ["EXPERIMENT", "QUICK", "PAPER_SCALE", "METRICS", "resolve_stargan", "stargan_revision",
+           "FedStarGANStudy", "stargan_table", "describe_stargan", "fid_of_translations", "timings_table"]
 
 #: the result store's folder of the FedStarGAN runs
 EXPERIMENT = "06_fedstargan"
@@ -44,9 +44,9 @@ def stargan_revision() -> str:
     return code_revision(sg.__name__)
 
 
-def resolve_stargan(*, quick: bool = False, paper_scale: bool = False, run: bool = True, sync_steps: Sequence[int] = (16,),
-                    iterations: int = 64, conv_dim: int = 8, g_repeat: int = 1, batch_size: int = 16,
-                    eval_points: int = 2, metric: str = "wd", inception_weights: str = "",
+def resolve_stargan(*, quick: bool = False, paper_scale: bool = False, run: bool = True,
+                    sync_steps: Sequence[int] = (16,), iterations: int = 64, conv_dim: int = 8, g_repeat: int = 1,
+                    batch_size: int = 16, eval_points: int = 2, metric: str = "wd", inception_weights: str = "",
                     n_fid: int = 500) -> dict[str, Any]:
     """Notebook 06's FedStarGAN parameters as a plan (``quick``: :data:`QUICK` sizes). ``run``: whether the section
     runs at all; ``sync_steps``: FedAvg every k mini-batches, one run per k (paper: 16 and 128); ``iterations``:
@@ -71,7 +71,8 @@ def resolve_stargan(*, quick: bool = False, paper_scale: bool = False, run: bool
         from ...data.inception import load_inception
 
         load_inception(inception_weights)  # a clear FileNotFoundError now, not after training
-    return dict(run=bool(run), quick=bool(quick), paper_scale=bool(paper_scale), sync_steps=steps, iterations=check_int(iterations, "iterations", 1),
+    return dict(run=bool(run), quick=bool(quick), paper_scale=bool(paper_scale), sync_steps=steps,
+                iterations=check_int(iterations, "iterations", 1),
                 conv_dim=check_int(conv_dim, "conv_dim", 1), g_repeat=check_int(g_repeat, "g_repeat", 0),
                 batch_size=check_int(batch_size, "batch_size", 1), eval_points=check_int(eval_points, "eval_points", 1),
                 metric=metric, inception_weights=inception_weights, n_fid=check_int(n_fid, "n_fid", 2))
