@@ -272,6 +272,19 @@ def test_feddirt_benchmark_smoke():
     assert abs(out["final_loss"]["loop"] - out["final_loss"]["vmap"]) < 1e-3 * abs(out["final_loss"]["loop"])
 
 
+def test_fedstargan_benchmark_smoke():
+    """benchmarks/fedstargan.py --quick times FedStarGAN with the losses read at the end and after every step: the
+    same run, so the same losses."""
+    before = torch.get_num_threads()
+    try:
+        out = _load("fedstargan").main(["--quick", "--device", "cpu"])
+    finally:
+        torch.set_num_threads(before)
+    assert set(out["ms_per_iteration"]) == {"deferred", "per-step"} and all(t > 0 for t in out["ms_per_iteration"].values())
+    assert out["losses"]["deferred"] == out["losses"]["per-step"] and out["ratio_per_step_over_deferred"] > 0
+    assert out["syncs_per_iteration"] == {"deferred": None, "per-step": None}  # counted on CUDA only
+
+
 @pytest.mark.timeout(300)
 def test_wasserstein_benchmark_smoke():
     """benchmarks/wasserstein.py --quick times notebook 06's held-out WD by EMD and by Sinkhorn on the host and on

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 import torch.nn.functional as F
 from scipy import stats
 
+from device_reads import DeviceReads
+
 from fda_core.common.seeding import derive_seed, generator
 from fda_core.data.dirt_models import DIRTNet
 from fda_core.experiments.translation import dirt
@@ -302,27 +304,12 @@ def test_training_reads_nothing_back_per_step(form):
     synchronisation; counted as aten._local_scalar_dense) do not grow with the iterations. The loop of earlier
     versions read two per client step (loss.item(), ce.item()). Not counted: torch.optim.Adam's reads of its step
     counts, which it keeps on the host whatever the model's device."""
-    import traceback
-
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Reads(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.count = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if func is torch.ops.aten._local_scalar_dense.default and not any(
-                    "torch/optim/" in frame.filename.replace("\\", "/") for frame in traceback.extract_stack()):
-                self.count += 1
-            return func(*args, **(kwargs or {}))
-
     x, y = _clients(m=3, n=40)
     method = dirt.get_dg_method("feddirt")
     views = _views_of(method, x, y)
     counts = {}
     for iterations in (4, 12):
-        with Reads() as reads:
+        with DeviceReads() as reads:
             rec = dirt.train_federated(method, x, y, views=views, period=2, iterations=iterations, batch_size=8,
                                        width=0.125, tests={"t": (x[0], y)}, client_batching=form)
         counts[iterations] = reads.count

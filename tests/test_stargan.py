@@ -6,12 +6,19 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import linalg
 
+from device_reads import DeviceReads
+
+from fda_core.common.seeding import generator
 from fda_core.core.frechet import feature_statistics, frechet_distance, frechet_distance_of_features
 from fda_core.data.inception import inception_features, load_inception
 from fda_core.data.rotated_domains import rotated_mnist
 from fda_core.data.stargan_models import StarDiscriminator, StarGenerator, from_gan, one_hot, to_gan
+from fda_core.experiments.deferred import DeferredSums
+from fda_core.experiments.translation import dirt
 from fda_core.experiments.translation import stargan as sg
 from fda_core.experiments.translation import stargan_study as sgs
 from fda_core.experiments.translation.experiments import identity_wd
@@ -81,6 +88,95 @@ def test_fedstargan_is_seeded_and_evaluates_the_server_generator_at_the_asked_sy
         sg.train_fedstargan(dom.train_x, sync_every=0, iterations=2)
     with pytest.raises(ValueError, match="train_x"):
         sg.train_fedstargan(dom.train_x[:1], sync_every=1, iterations=2)
+
+
+def test_draws_ahead_are_the_draws_of_one_client_step_at_a_time(monkeypatch):
+    """The mini-batch indices, target domains and interpolation weights, drawn ahead a chunk of iterations at a time
+    (chunks of 3 here, the last one short), are the numbers the loop of earlier versions drew one client step at a
+    time from the same generators (``next(stream)``, ``draw_targets``, ``torch.rand(B, 1, 1, 1)``)."""
+    monkeypatch.setattr(dirt, "INDEX_CHUNK", 3)
+    m_clients, n, batch, iterations = 3, 10, 4, 7
+
+    def generators():
+        return ([dirt._batches(n, batch, generator(5, sg._BATCHES, m)) for m in range(m_clients)],
+                [generator(5, sg._TARGETS, m) for m in range(m_clients)],
+                [generator(5, sg._ALPHA, m) for m in range(m_clients)])
+
+    chunks = list(sg._draws(*generators(), batch, iterations, torch.device("cpu")))
+    assert [c[0].shape[0] for c in chunks] == [3, 3, 1]
+    idx, trg, alpha = (torch.cat(parts) for parts in zip(*chunks))
+    assert idx.shape == trg.shape == (iterations, m_clients, batch) and alpha.shape == (*idx.shape, 1, 1, 1)
+    streams, t_gens, a_gens = generators()
+    for it in range(iterations):
+        for m in range(m_clients):
+            assert torch.equal(idx[it, m], next(streams[m]))
+            assert torch.equal(trg[it, m], dirt.draw_targets(m, m_clients, batch, t_gens[m]))
+            assert torch.equal(alpha[it, m], torch.rand(batch, 1, 1, 1, generator=a_gens[m]))
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs CUDA"))])
+def test_chunks_of_draws_give_the_same_run(monkeypatch, device):
+    """A run whose draws come in chunks of 3 iterations (boundaries inside synchronisation periods and at an
+    evaluation) is the run of one chunk, bit for bit: the server's G and D, the losses and the curve (on CUDA, where
+    the draws travel through pinned memory, to rounding)."""
+    dom = _domains()
+    kw = dict(sync_every=2, iterations=7, batch_size=4, conv_dim=2, g_repeat=0, n_critic=2, seed=4, eval_syncs=[1, 3],
+              evaluate=lambda gen: sum(float(p.detach().double().sum()) for p in gen.parameters()), device=device)
+    keep_one, keep_chunked = {}, {}
+    one = sg.train_fedstargan(dom.train_x, keep=keep_one, **kw)
+    monkeypatch.setattr(dirt, "INDEX_CHUNK", 3)
+    chunked = sg.train_fedstargan(dom.train_x, keep=keep_chunked, **kw)
+    if device == "cpu":
+        for net in ("generator", "discriminator"):
+            assert torch.equal(sg._flat([keep_one[net]]), sg._flat([keep_chunked[net]]))
+        assert one["losses"] == chunked["losses"] and one["curve"] == chunked["curve"] and len(one["curve"]) == 3
+    else:  # a GPU's kernels need not repeat their rounding from run to run (atomic adds in backward passes)
+        for net in ("generator", "discriminator"):
+            torch.testing.assert_close(sg._flat([keep_one[net]]), sg._flat([keep_chunked[net]]), rtol=1e-4, atol=1e-5)
+        assert one["losses"] == pytest.approx(chunked["losses"], rel=1e-4)
+        assert [c["syncs"] for c in one["curve"]] == [c["syncs"] for c in chunked["curve"]]
+
+
+def test_training_reads_nothing_back_per_step():
+    """The losses stay on the device until the end and the draws arrive a chunk at a time: the reads of a tensor's
+    value (on a GPU each a host synchronisation) do not grow with the iterations. Earlier versions read five per
+    client step on a G step (d_loss, d_cls, g_fake, g_rec, g_cls) and made three blocking copies to the device."""
+    dom = _domains()
+    counts = {}
+    for iterations in (4, 12):
+        with DeviceReads() as reads:
+            rec = sg.train_fedstargan(dom.train_x, sync_every=2, iterations=iterations, batch_size=4, conv_dim=2,
+                                      g_repeat=0, n_critic=2, seed=0)
+        counts[iterations] = reads.count
+        assert rec["losses"]["g_rec"] > 0 and rec["losses"]["d_cls"] > 0
+    assert counts[4] == counts[12], counts
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.floats(-1e6, 1e6, allow_nan=False, width=32), min_size=3, max_size=3), min_size=1,
+                max_size=30), st.integers(1, 5), st.sampled_from([None, 3.0, 7.0]))
+def test_deferred_sums_are_the_per_step_sums(steps, flush_every, divisor):
+    """DeferredSums.read() equals the running sums of ``v.item()`` (/ divisor) added in Python floats after every
+    step, bit for bit, however often it flushes; a read starts the sums afresh."""
+    sums = DeferredSums(("a", "b", "c"), divisor=divisor, flush_every=flush_every)
+    expected = dict.fromkeys("abc", 0.0)
+    for values in steps:
+        t = torch.tensor(values, dtype=torch.float32)
+        sums.add(t)
+        for name, v in zip("abc", t):
+            expected[name] += v.item() if divisor is None else v.item() / divisor
+    assert sums.read() == expected
+    assert sums.read() == dict.fromkeys("abc", 0.0)
+
+
+def test_deferred_sums_refuse_bad_arguments():
+    with pytest.raises(ValueError, match="names"):
+        DeferredSums(("a", "a"))
+    with pytest.raises(ValueError, match="flush_every"):
+        DeferredSums(("a",), flush_every=0)
+    with pytest.raises(ValueError, match="multiple of 2"):
+        DeferredSums(("a", "b")).add(torch.zeros(3))
 
 
 def test_eval_points_cover_the_first_and_last_synchronisation():

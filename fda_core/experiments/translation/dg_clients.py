@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..deferred import DeferredSums
 from ..flat import FlatAdam
 
 __all__ = ["CLIENT_BATCHING", "DeferredLosses", "LoopClients", "BatchedClients", "batching_blockers",
@@ -69,8 +70,9 @@ def choose_client_batching(mode: str, net: nn.Module, device: torch.device) -> s
     return mode
 
 
-class DeferredLosses:
-    """The per-step (loss, cross-entropy) of the clients, kept on the device and summed on the host when read.
+class DeferredLosses(DeferredSums):
+    """The per-step (loss, cross-entropy) of the clients, kept on the device and summed on the host when read
+    (:class:`fda_core.experiments.deferred.DeferredSums`).
 
     ``add(values)``: one step's values as a tensor flattened in the order (loss of client 0, CE of client 0,
     loss of client 1, …). ``read()`` returns (Σ loss / M, Σ CE / M) since the last read, summed in Python floats
@@ -79,31 +81,13 @@ class DeferredLosses:
     the device between reads."""
 
     def __init__(self, n_clients: int, flush_every: int = 512):
+        super().__init__(("loss", "ce"), divisor=n_clients, flush_every=flush_every)
         self.n_clients = n_clients
-        self.flush_every = flush_every
-        self._pending: list[Tensor] = []
-        self.loss, self.ce = 0.0, 0.0
 
-    def add(self, values: Tensor) -> None:
-        self._pending.append(values.detach().reshape(-1))
-        if len(self._pending) >= self.flush_every:
-            self._flush()
-
-    def _flush(self) -> None:
-        if not self._pending:
-            return
-        values = torch.cat(self._pending).tolist()  # one read from the device
-        self._pending.clear()
-        for loss, ce in zip(values[0::2], values[1::2]):
-            self.loss += loss / self.n_clients
-            self.ce += ce / self.n_clients
-
-    def read(self) -> tuple[float, float]:
+    def read(self) -> tuple[float, float]:  # type: ignore[override]
         """(Σ loss / M, Σ CE / M) of the steps since the last read."""
-        self._flush()
-        out = (self.loss, self.ce)
-        self.loss, self.ce = 0.0, 0.0
-        return out
+        sums = super().read()
+        return sums["loss"], sums["ce"]
 
 
 class LoopClients:

@@ -17,6 +17,11 @@ which on a one-domain client would always give m itself). Every exchange goes th
 :class:`~fda_core.experiments.translation.comms.CommunicationLog` (stage ``fedavg``): the initial G and D ↓
 once, then per synchronisation each client's G and D ↑ and the averages ↓, so a client transmits
 (P_G + P_D)·(1 + 2S) parameters after S synchronisations. The evaluation translates with the server's G.
+
+Nothing is read back from the device between evaluations (``docs/architecture.md`` § Reads from the device): the
+step losses are summed when the run ends (:class:`~fda_core.experiments.deferred.DeferredSums`) and the draws
+arrive a chunk of iterations at a time (:func:`_draws`); on the CPU the runs are those of the earlier per-step
+reads bit for bit.
 """
 
 from __future__ import annotations
@@ -35,11 +40,15 @@ from ...common.seeding import derive_seed, generator
 from ...core.wasserstein import wasserstein_distances
 from ...data.stargan_models import StarDiscriminator, StarGenerator, from_gan, one_hot, to_gan
 from .comms import CommunicationLog
-from .dirt import _batches, draw_targets
+from ..deferred import DeferredSums
+from .dirt import _batches, _index_chunks
 
 __all__ = ["train_fedstargan", "translate_gan", "gan_wd", "eval_points"]
 
 _INIT, _BATCHES, _TARGETS, _ALPHA = 21, 22, 23, 24
+#: client steps whose losses are kept on the device between reads (:class:`~fda_core.experiments.deferred.DeferredSums`;
+#: 1 reads after every step, as earlier versions did: ``benchmarks/fedstargan.py`` times both)
+LOSS_FLUSH_EVERY = 512
 
 
 def _flat(nets: Sequence[torch.nn.Module]) -> Tensor:
@@ -55,6 +64,28 @@ def _load(nets: Sequence[torch.nn.Module], flat: Tensor) -> None:
                 if t.is_floating_point():
                     t.copy_(flat[off:off + t.numel()].view_as(t))
                     off += t.numel()
+
+
+def _draws(streams: Sequence, target_gens: Sequence[torch.Generator], alpha_gens: Sequence[torch.Generator],
+           batch_size: int, iterations: int, device: torch.device):
+    """The clients' mini-batch indices and target domains, (k, M, B) each, and the weights of the gradient
+    penalty's interpolates, (k, M, B, 1, 1, 1), of up to ``dirt.INDEX_CHUNK`` iterations at a time, until
+    ``iterations``: a few host-to-device copies per chunk instead of three blocking copies per client step. Each
+    generator serves one client and one purpose, so drawing a client's next k steps at once gives the numbers the
+    loop of earlier versions drew one step at a time."""
+    for batches, targets in _index_chunks(streams, target_gens, batch_size, iterations, True, True, device):
+        k = batches.shape[0]
+        alphas = torch.stack([torch.stack([torch.rand(batch_size, 1, 1, 1, generator=g) for g in alpha_gens])
+                              for _ in range(k)])
+        alphas = alphas.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else alphas.to(device)
+        yield batches, targets, alphas
+
+
+def _clock(device: torch.device) -> float:
+    """``time.perf_counter()`` once the device has run what was queued (on a GPU the host runs ahead)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
 
 
 def _gradient_penalty(out: Tensor, x: Tensor) -> Tensor:
@@ -154,66 +185,70 @@ def train_fedstargan(train_x: Sequence[Tensor], *, sync_every: int, iterations: 
     streams = [_batches(x.shape[0], batch_size, generator(seed, _BATCHES, m)) for m, x in enumerate(data)]
     t_gens = [generator(seed, _TARGETS, m) for m in range(m_clients)]
     a_gens = [generator(seed, _ALPHA, m) for m in range(m_clients)]
+    org = [torch.full((batch_size,), m, device=dev, dtype=torch.long) for m in range(m_clients)]
+    c_orgs = [one_hot(o, m_clients) for o in org]
     wanted = {int(s) for s in eval_syncs}
-    curve, losses = [], dict(d=0.0, g_fake=0.0, g_rec=0.0, g_cls=0.0, d_cls=0.0)
-    syncs, g_steps = 0, 0
+    curve = []
+    d_sums = DeferredSums(("d", "d_cls"), flush_every=LOSS_FLUSH_EVERY)
+    g_sums = DeferredSums(("g_fake", "g_rec", "g_cls"), flush_every=LOSS_FLUSH_EVERY)
+    syncs, g_steps, it = 0, 0, 0
     seconds = 0.0
     t0 = time.perf_counter()
-    for it in range(1, iterations + 1):
-        for m in range(m_clients):
-            g, d = gens[m], discs[m]
-            x = to_gan(data[m][next(streams[m]).to(dev)])
-            n = x.shape[0]
-            org = torch.full((n,), m, device=dev, dtype=torch.long)
-            trg = draw_targets(m, m_clients, n, t_gens[m]).to(dev)
-            c_org, c_trg = one_hot(org, m_clients), one_hot(trg, m_clients)
-            # discriminator
-            out_src, out_cls = d(x)
-            d_real, d_cls = -out_src.mean(), F.cross_entropy(out_cls, org)
-            fake = g(x, c_org, c_trg)
-            d_fake = d(fake.detach())[0].mean()
-            alpha = torch.rand(n, 1, 1, 1, generator=a_gens[m]).to(dev)
-            x_hat = (alpha * x + (1 - alpha) * fake.detach()).requires_grad_(True)
-            gp = _gradient_penalty(d(x_hat)[0], x_hat)
-            d_loss = d_real + d_fake + lambda_cls * d_cls + lambda_gp * gp
-            d_opts[m].zero_grad(set_to_none=True)
-            d_loss.backward()
-            d_opts[m].step()
-            losses["d"] += d_loss.item()
-            losses["d_cls"] += d_cls.item()
-            # generator
-            if it % n_critic == 0:
+    for batches, targets, alphas in _draws(streams, t_gens, a_gens, batch_size, iterations, dev):
+        for j in range(batches.shape[0]):
+            it += 1
+            for m in range(m_clients):
+                g, d = gens[m], discs[m]
+                x = to_gan(data[m][batches[j, m]])
+                trg = targets[j, m]
+                c_org, c_trg = c_orgs[m], one_hot(trg, m_clients)
+                # discriminator
+                out_src, out_cls = d(x)
+                d_real, d_cls = -out_src.mean(), F.cross_entropy(out_cls, org[m])
                 fake = g(x, c_org, c_trg)
-                out_src, out_cls = d(fake)
-                g_fake, g_cls = -out_src.mean(), F.cross_entropy(out_cls, trg)
-                g_rec = (x - g(fake, c_trg, c_org)).abs().mean()
-                g_loss = g_fake + lambda_rec * g_rec + lambda_cls * g_cls
-                g_opts[m].zero_grad(set_to_none=True)
-                g_loss.backward()
-                g_opts[m].step()
-                losses["g_fake"] += g_fake.item()
-                losses["g_rec"] += g_rec.item()
-                losses["g_cls"] += g_cls.item()
-                g_steps += m == 0
-        if it % sync_every == 0 or it == iterations:
-            syncs += 1
-            up_g = log.up(syncs, "fedavg", "client_generator", torch.stack([_flat([g]) for g in gens]), 0)
-            up_d = log.up(syncs, "fedavg", "client_discriminator", torch.stack([_flat([d]) for d in discs]), 0)
-            flat_g = log.down(syncs, "fedavg", "average_generator", up_g.mean(0))
-            flat_d = log.down(syncs, "fedavg", "average_discriminator", up_d.mean(0))
-            for g in gens + [server_g]:
-                _load([g], flat_g)
-            for d in discs + [server_d]:
-                _load([d], flat_d)
-            if evaluate is not None and (syncs in wanted or it == iterations):
-                seconds += time.perf_counter() - t0
-                value = evaluate(server_g)
-                for g in gens:
-                    g.train()
-                curve.append(dict(iteration=it, syncs=syncs, params=int(log.total()), params_up=int(log.total("up")),
-                                  params_down=int(log.total("down")), value=float(value)))
-                t0 = time.perf_counter()
-    seconds += time.perf_counter() - t0
+                d_fake = d(fake.detach())[0].mean()
+                alpha = alphas[j, m]
+                x_hat = (alpha * x + (1 - alpha) * fake.detach()).requires_grad_(True)
+                gp = _gradient_penalty(d(x_hat)[0], x_hat)
+                d_loss = d_real + d_fake + lambda_cls * d_cls + lambda_gp * gp
+                d_opts[m].zero_grad(set_to_none=True)
+                d_loss.backward()
+                d_opts[m].step()
+                d_sums.add(torch.stack([d_loss.detach(), d_cls.detach()]))
+                # generator
+                if it % n_critic == 0:
+                    fake = g(x, c_org, c_trg)
+                    out_src, out_cls = d(fake)
+                    g_fake, g_cls = -out_src.mean(), F.cross_entropy(out_cls, trg)
+                    g_rec = (x - g(fake, c_trg, c_org)).abs().mean()
+                    g_loss = g_fake + lambda_rec * g_rec + lambda_cls * g_cls
+                    g_opts[m].zero_grad(set_to_none=True)
+                    g_loss.backward()
+                    g_opts[m].step()
+                    g_sums.add(torch.stack([g_fake.detach(), g_rec.detach(), g_cls.detach()]))
+                    g_steps += m == 0
+            if it % sync_every == 0 or it == iterations:
+                syncs += 1
+                up_g = log.up(syncs, "fedavg", "client_generator", torch.stack([_flat([g]) for g in gens]), 0)
+                up_d = log.up(syncs, "fedavg", "client_discriminator", torch.stack([_flat([d]) for d in discs]), 0)
+                flat_g = log.down(syncs, "fedavg", "average_generator", up_g.mean(0))
+                flat_d = log.down(syncs, "fedavg", "average_discriminator", up_d.mean(0))
+                for g in gens + [server_g]:
+                    _load([g], flat_g)
+                for d in discs + [server_d]:
+                    _load([d], flat_d)
+                if evaluate is not None and (syncs in wanted or it == iterations):
+                    seconds += _clock(dev) - t0
+                    value = evaluate(server_g)
+                    for g in gens:
+                        g.train()
+                    curve.append(dict(iteration=it, syncs=syncs, params=int(log.total()),
+                                      params_up=int(log.total("up")), params_down=int(log.total("down")),
+                                      value=float(value)))
+                    t0 = time.perf_counter()
+    seconds += _clock(dev) - t0
+    sums = {**d_sums.read(), **g_sums.read()}
+    losses = {k: sums[k] for k in ("d", "g_fake", "g_rec", "g_cls", "d_cls")}  # the records' order of earlier versions
     if keep is not None:
         keep["generator"], keep["discriminator"] = server_g, server_d
     steps_d, steps_g = iterations * m_clients, max(g_steps, 1) * m_clients
