@@ -247,6 +247,28 @@ def test_autoencoder_shapes_and_training_runs():
     assert ae.encode(x).shape == (5, LATENT_DIM) and ae.decode(ae.encode(x)).shape == (5, 784)
     model, losses = train_autoencoder(torch.rand(64, 784), epochs=2, batch_size=32)
     assert len(losses) == 2 and not model.training
+    with pytest.raises(ValueError, match="at least one image"):
+        train_autoencoder(torch.rand(0, 784), epochs=1)
+
+
+def test_autoencoder_epoch_loss_is_the_mean_over_images_read_once_per_epoch():
+    """An epoch's loss is the mean BCE over its images, each batch weighted by its size (the last one short): with
+    a learning rate too small to move any weight it is the initial model's BCE on all the images. The losses are
+    read from the device once per epoch, not per step: the reads do not grow with the number of steps."""
+    from device_reads import DeviceReads
+
+    x = torch.rand(50, 784, generator=torch.Generator().manual_seed(3))
+    torch.manual_seed(5)
+    initial = ConvAutoencoder()
+    with torch.no_grad():
+        expected = float(torch.nn.functional.binary_cross_entropy(initial(x), x))
+    counts = {}
+    for batch_size in (7, 25):  # 8 steps (the last of 1 image) and 2 steps per epoch
+        with DeviceReads() as reads:
+            _, losses = train_autoencoder(x, epochs=2, batch_size=batch_size, lr=1e-30, seed=5)
+        counts[batch_size] = reads.count
+        assert losses == pytest.approx([expected, expected], rel=1e-6)
+    assert counts[7] == counts[25], counts
 
 
 def test_aeinb_variants_translate_images():

@@ -59,6 +59,8 @@ def train_autoencoder(x: Tensor, epochs: int = 8, batch_size: int = 64, lr: floa
         raise ValueError("x must lie in [0, 1] (pixel intensities; the decoder ends in a Sigmoid)")
     if epochs < 0 or batch_size < 1:
         raise ValueError(f"epochs must be >= 0 and batch_size >= 1, got {epochs}, {batch_size}")
+    if epochs and not x.shape[0]:
+        raise ValueError("x must hold at least one image to train on, got 0")
     torch.manual_seed(seed)  # nn.Conv2d initialisation draws from the global generator
     model = ConvAutoencoder().to(device)
     g = torch.Generator().manual_seed(seed)
@@ -66,16 +68,22 @@ def train_autoencoder(x: Tensor, epochs: int = 8, batch_size: int = 64, lr: floa
     x = x.to(device=device, dtype=torch.float32)
     losses = []
     model.train()
+    sizes = [min(batch_size, x.shape[0] - i) for i in range(0, x.shape[0], batch_size)]
     for _ in range(epochs):
         perm = torch.randperm(x.shape[0], generator=g).to(device)
-        total = 0.0
+        step_losses = []
         for i in range(0, x.shape[0], batch_size):
             xb = x[perm[i:i + batch_size]]
             loss = F.binary_cross_entropy(model(xb), xb)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            total += loss.item() * xb.shape[0]
+            step_losses.append(loss.detach())
+        # one read per epoch, not per step (docs/architecture.md § Reads from the device); the same Python-float
+        # sum of loss × batch size, step by step, as a read after every step gave
+        total = 0.0
+        for value, n in zip(torch.stack(step_losses).tolist(), sizes):
+            total += value * n
         losses.append(total / x.shape[0])
     model.eval()
     return model, losses
