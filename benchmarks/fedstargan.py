@@ -1,4 +1,5 @@
-"""Benchmark of notebook 06's FedStarGAN training: the losses read from the device at the end against after every step.
+"""Benchmark of notebook 06's FedStarGAN training: the clients one after another or as one batched step, and the
+losses read from the device at the end or after every step.
 
 What is measured
 ----------------
@@ -6,21 +7,26 @@ Setting: one run of :func:`fda_core.experiments.translation.stargan.train_fedsta
 paper's scale (``stargan_study.PAPER_SCALE``; ``docs/translation.md`` § FedStarGAN): 5 clients of ``--n`` digits
 each (random images here: the time does not depend on the values), StarGAN's G and D with ``--conv-dim`` first-layer
 channels (paper scale 64; notebook 06's default 8) and ``--g-repeat`` residual blocks (6; default 1), batch 16,
-n_critic 5, FedAvg every ``--sync-every`` mini-batches, no evaluation. Two forms of the same run:
+n_critic 5, FedAvg every ``--sync-every`` mini-batches, no evaluation. Three forms of the same run:
 
-* ``deferred`` (the library): the mini-batch indices, target domains and interpolation weights arrive from the host
-  a chunk of iterations at a time, and the losses stay on the device until the run ends;
-* ``per-step``: the losses read after every client step (``stargan.LOSS_FLUSH_EVERY`` = 1: one read per D step and
-  one per G step; the loop of earlier versions read 2 and 3, each a host synchronisation on a GPU) and the draws
-  sent one iteration at a time (``dirt.INDEX_CHUNK`` = 1; earlier versions made three blocking copies per client
-  step). It approximates the earlier loop, which is no longer in the library; on the CPU both forms are the
-  earlier loop's numbers bit for bit (``tests/test_stargan.py``).
+* ``per-step``: the clients one after another, the losses read after every client step (``stargan.LOSS_FLUSH_EVERY``
+  = 1: one read per D step and one per G step; earlier versions read 2 and 3, each a host synchronisation on a GPU)
+  and the draws sent one iteration at a time (``dirt.INDEX_CHUNK`` = 1; earlier versions made three blocking copies
+  per client step). It approximates the loop of earlier versions, which is no longer in the library;
+* ``loop`` (``client_batching="loop"``, the CPU's form): the clients one after another, nothing read back until
+  the run ends, the draws a chunk of iterations ahead;
+* ``vmap`` (``client_batching="vmap"``, the form "auto" takes on CUDA): every client's D step (and G step) as one
+  ``vmap``-ed computation (:mod:`fda_core.experiments.translation.stargan_clients`).
+
+On the CPU ``per-step`` and ``loop`` are the same numbers bit for bit, ``vmap`` the same to rounding
+(``tests/test_stargan.py``).
 
 Time: wall seconds per iteration (one D step of every client, and a G step every 5th iteration), the median of
 ``--repeats`` runs of ``--iterations`` iterations after one warm-up run; the run ends by reading the losses, so a GPU
-has finished its work when the clock stops. Printed: ms per iteration of each form, the ratio per-step / deferred,
-both forms' mean losses (equal: the same operations in the same order), and on CUDA the host synchronisations per
-iteration of each form (``torch.cuda.set_sync_debug_mode``). No timing is asserted anywhere.
+has finished its work when the clock stops. Printed: ms per iteration of each form, the ratios per-step / loop and
+loop / vmap (per-step / vmap: the earlier code against the GPU's default now), the forms' mean D losses, and on
+CUDA the host synchronisations per iteration of each form (``torch.cuda.set_sync_debug_mode``). No timing is
+asserted anywhere.
 
 Notebook 06 at the paper's scale trains FedStarGAN-16 and FedStarGAN-128 for 2,048 iterations each, so ms per
 iteration × 4,096 ≈ its FedStarGAN training time (its WD evaluations come on top).
@@ -51,7 +57,7 @@ from fda_core.experiments.translation import dirt  # noqa: E402
 from fda_core.experiments.translation import stargan as sg  # noqa: E402
 from fda_core.experiments.translation.stargan_study import PAPER_SCALE  # noqa: E402
 
-FORMS = ("deferred", "per-step")
+FORMS = ("per-step", "loop", "vmap")
 N_CLIENTS = 5  # notebook 06's rotations 0°, 15°, 30°, 45°, 60°
 
 
@@ -76,7 +82,8 @@ def form_settings(form: str):
 def train(x: list[torch.Tensor], form: str, iterations: int, args: argparse.Namespace, device: torch.device) -> dict:
     with form_settings(form):
         return sg.train_fedstargan(x, sync_every=args.sync_every, iterations=iterations, batch_size=16,
-                                   conv_dim=args.conv_dim, g_repeat=args.g_repeat, seed=0, device=str(device))
+                                   conv_dim=args.conv_dim, g_repeat=args.g_repeat, seed=0, device=str(device),
+                                   client_batching="vmap" if form == "vmap" else "loop")
 
 
 def time_form(form: str, x, args: argparse.Namespace, device: torch.device) -> tuple[float, dict]:
@@ -148,7 +155,9 @@ def main(argv: list[str] | None = None) -> dict:
     runs = len(PAPER_SCALE["sync_steps"]) * PAPER_SCALE["iterations"]
     out = {"device": str(device), "device_name": name, "conv_dim": args.conv_dim, "g_repeat": args.g_repeat,
            "n": args.n, "iterations": args.iterations, "sync_every": args.sync_every, "repeats": args.repeats,
-           "ms_per_iteration": ms, "ratio_per_step_over_deferred": seconds["per-step"] / seconds["deferred"],
+           "ms_per_iteration": ms, "ratio_per_step_over_loop": seconds["per-step"] / seconds["loop"],
+           "ratio_loop_over_vmap": seconds["loop"] / seconds["vmap"],
+           "ratio_per_step_over_vmap": seconds["per-step"] / seconds["vmap"],
            "losses": losses, "syncs_per_iteration": syncs,
            "paper_scale_training_s": {f: ms[f] * runs / 1e3 for f in FORMS}}
     print(f"FedStarGAN, {N_CLIENTS} clients x {args.n} digits, conv_dim {args.conv_dim}, {args.g_repeat} residual "
@@ -157,9 +166,11 @@ def main(argv: list[str] | None = None) -> dict:
     for f in FORMS:
         sync = "" if syncs[f] is None else f"   host synchronisations per iteration {syncs[f]:.2f}"
         print(f"  {f:8s}: {ms[f]:8.2f} ms per iteration   mean D loss {losses[f]['d']:.6f}{sync}")
-    print(f"  per-step / deferred = {out['ratio_per_step_over_deferred']:.2f}x; {runs} iterations (notebook 06's "
-          f"paper-scale FedStarGAN runs) at these sizes: about {out['paper_scale_training_s']['deferred']:.0f} s "
-          "of training")
+    print(f"  per-step / loop = {out['ratio_per_step_over_loop']:.2f}x, loop / vmap = {out['ratio_loop_over_vmap']:.2f}x, "
+          f"per-step / vmap = {out['ratio_per_step_over_vmap']:.2f}x")
+    fastest = min(FORMS, key=ms.get)
+    print(f"  {runs} iterations (notebook 06's paper-scale FedStarGAN runs) at these sizes: about "
+          f"{out['paper_scale_training_s'][fastest]:.0f} s of training ({fastest})")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
     return out

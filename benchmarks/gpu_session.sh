@@ -14,8 +14,8 @@
 # 900 s of device time, the start (~100 s) included, and a warm machine goes back after 30 s idle: plan one long call.
 # Next lease, first call (carry [".whl"] from `gpu_wheels.sh --slim`, 38 MB with POT and SurvSet; .gpudata/MNIST only
 # for inb-full, wd-full, nb04full and nb06p; timeout_s 600, DEADLINE_S=565, NB_LIMIT=330):
-#   gputest-cuda dirt stargan wd kernels agg hostwork fedcompgn parallel nb07p nb05p   (stargan: FedStarGAN without
-#   per-step reads since the eleventh session, benchmarks/fedstargan.py, a minute or so; wd: notebook 06's WD, Sinkhorn on the
+#   gputest-cuda dirt stargan wd kernels agg hostwork fedcompgn parallel nb07p nb05p   (stargan: FedStarGAN's
+#   clients as one vmap-ed step and without per-step reads since the eleventh session, benchmarks/fedstargan.py; wd: notebook 06's WD, Sinkhorn on the
 #   device since the tenth session, 20 s or so; gputest-cuda: now with tests/test_translation.py's device case; the
 #   new sync counts of tensor arguments, 1 for host tensors and 3 for device tensors, the flat form through the
 #   kernels and the prepared rule's CUDA graph (tests/test_prepared.py) are unverified on a GPU; agg: flat+out now runs the layer-wise kernels with one
@@ -109,7 +109,7 @@ for s in "$@"; do
     # on the device (exact EMD runs on the host: about 0.6 s per pair of 1,000 digits, hours per notebook)
     nb06p) step nb06p "${NB_LIMIT:-300}" python3 -m fda_core run 06 -p results_dir "$STORE" -p paper_scale true -p data_root .gpudata -p wd_method sinkhorn -p workers "$(workers)" --out /tmp/executed --no-progress ;;
     nb07p) step nb07p "${NB_LIMIT:-110}" python3 -m fda_core run 07 -p results_dir "$STORE" -p paper_scale true -p workers "$(workers)" --out /tmp/executed --no-progress ;;
-    # notebook 06's FedStarGAN at the paper's networks: losses read at the end (the library) against after every step
+    # notebook 06's FedStarGAN at the paper's networks: per-step reads (earlier code), the loop and the vmap-ed clients
     stargan) step stargan 120 python3 benchmarks/fedstargan.py --device cuda --json "$OUT/stargan.json" ;;
     dirt) step dirt 150 python3 benchmarks/feddirt.py --device cuda --width 1 --iterations 100 --repeats 3 --json "$OUT/dirt.json" ;;
     nb08p) step nb08p "${NB_LIMIT:-200}" python3 -m fda_core run 08 -p results_dir "$STORE" -p paper_scale true -p workers "$(workers)" --out /tmp/executed --no-progress ;;

@@ -31,7 +31,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ...common.checks import check_int, check_number
@@ -39,9 +38,13 @@ from ...common.devices import resolve_device
 from ...common.seeding import derive_seed, generator
 from ...core.wasserstein import wasserstein_distances
 from ...data.stargan_models import StarDiscriminator, StarGenerator, from_gan, one_hot, to_gan
-from .comms import CommunicationLog
 from ..deferred import DeferredSums
+from .comms import CommunicationLog
+from .dg_clients import choose_client_batching
 from .dirt import _batches, _index_chunks
+from .stargan_clients import BatchedGANClients, LoopGANClients
+from .stargan_clients import flat_state as _flat
+from .stargan_clients import load_flat_state as _load
 
 __all__ = ["train_fedstargan", "translate_gan", "gan_wd", "eval_points"]
 
@@ -49,21 +52,6 @@ _INIT, _BATCHES, _TARGETS, _ALPHA = 21, 22, 23, 24
 #: client steps whose losses are kept on the device between reads (:class:`~fda_core.experiments.deferred.DeferredSums`;
 #: 1 reads after every step, as earlier versions did: ``benchmarks/fedstargan.py`` times both)
 LOSS_FLUSH_EVERY = 512
-
-
-def _flat(nets: Sequence[torch.nn.Module]) -> Tensor:
-    return torch.cat([p.detach().reshape(-1) for net in nets for p in net.state_dict().values()
-                      if p.is_floating_point()])
-
-
-def _load(nets: Sequence[torch.nn.Module], flat: Tensor) -> None:
-    off = 0
-    with torch.no_grad():
-        for net in nets:
-            for t in net.state_dict().values():
-                if t.is_floating_point():
-                    t.copy_(flat[off:off + t.numel()].view_as(t))
-                    off += t.numel()
 
 
 def _draws(streams: Sequence, target_gens: Sequence[torch.Generator], alpha_gens: Sequence[torch.Generator],
@@ -86,12 +74,6 @@ def _clock(device: torch.device) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return time.perf_counter()
-
-
-def _gradient_penalty(out: Tensor, x: Tensor) -> Tensor:
-    """mean over the batch of (‖∂ Σ out / ∂x‖₂ − 1)² (WGAN-GP, as StarGAN's ``gradient_penalty``)."""
-    grad = torch.autograd.grad(out, x, torch.ones_like(out), create_graph=True, retain_graph=True)[0]
-    return (grad.flatten(1).norm(dim=1) - 1).square().mean()
 
 
 def eval_points(total_syncs: int, n: int) -> list[int]:
@@ -139,7 +121,7 @@ def train_fedstargan(train_x: Sequence[Tensor], *, sync_every: int, iterations: 
                      d_lr: float = 1e-4, beta1: float = 0.5, beta2: float = 0.999, lambda_cls: float = 1.0,
                      lambda_rec: float = 10.0, lambda_gp: float = 10.0, n_critic: int = 5, seed: int = 0,
                      eval_syncs: Sequence[int] = (), evaluate: Callable[[StarGenerator], float] | None = None,
-                     device: str = "cpu", keep: dict | None = None) -> dict[str, Any]:
+                     device: str = "cpu", keep: dict | None = None, client_batching: str = "auto") -> dict[str, Any]:
     """Train FedStarGAN (module docstring) on the clients' images ``train_x`` (M tensors (n_m, 784) in [0, 1],
     client m = domain m). ``iterations``: mini-batches per client; FedAvg every ``sync_every`` of them (the
     paper's FedStarGAN-16 / -128) and after the last. ``evaluate(G)`` is called with the server's generator
@@ -148,7 +130,9 @@ def train_fedstargan(train_x: Sequence[Tensor], *, sync_every: int, iterations: 
     Seeds: the initial G and D from ``seed``, client m's batches, targets and interpolation weights from
     (seed, m). Returns a JSON-serialisable record: ``curve`` (iteration, syncs, params, params_up, params_down
     per client, value of ``evaluate``), ``n_params_g``, ``n_params_d``, ``syncs``, the communication by message,
-    mean losses and ``seconds`` (training only)."""
+    mean losses and ``seconds`` (training only). ``client_batching``: how the clients are computed
+    (:mod:`~fda_core.experiments.translation.stargan_clients`): "loop" (one client after another), "vmap" (all at
+    once) or "auto" ("vmap" on CUDA, "loop" on the CPU); an execution choice, the same training to rounding."""
     m_clients = len(train_x)
     if m_clients < 2:
         raise ValueError(f"train_x must hold at least 2 clients' images, got {m_clients}")
@@ -172,21 +156,21 @@ def train_fedstargan(train_x: Sequence[Tensor], *, sync_every: int, iterations: 
     log = CommunicationLog(m_clients)
     flat_g = log.down(0, "fedavg", "initial_generator", _flat([server_g]))
     flat_d = log.down(0, "fedavg", "initial_discriminator", _flat([server_d]))
-    gens = [StarGenerator(conv_dim, m_clients, g_repeat).to(dev) for _ in range(m_clients)]
-    discs = [StarDiscriminator(28, conv_dim, m_clients, d_repeat).to(dev) for _ in range(m_clients)]
-    for g, d in zip(gens, discs):
-        _load([g], flat_g)
-        _load([d], flat_d)
-        g.train()
-        d.train()
-    g_opts = [torch.optim.Adam(g.parameters(), g_lr, betas=(beta1, beta2)) for g in gens]
-    d_opts = [torch.optim.Adam(d.parameters(), d_lr, betas=(beta1, beta2)) for d in discs]
-    data = [x.to(dev) for x in train_x]
-    streams = [_batches(x.shape[0], batch_size, generator(seed, _BATCHES, m)) for m, x in enumerate(data)]
+    make_g = lambda: StarGenerator(conv_dim, m_clients, g_repeat).to(dev)  # noqa: E731
+    make_d = lambda: StarDiscriminator(28, conv_dim, m_clients, d_repeat).to(dev)  # noqa: E731
+    lam = dict(cls=lambda_cls, rec=lambda_rec, gp=lambda_gp)
+    if choose_client_batching(client_batching, server_g, dev) == "vmap":
+        clients = BatchedGANClients(make_g(), make_d(), flat_g, flat_d, m_clients, g_lr, d_lr, (beta1, beta2), lam)
+    else:
+        clients = LoopGANClients(make_g, make_d, flat_g, flat_d, m_clients, g_lr, d_lr, (beta1, beta2), lam)
+    sizes = {x.shape[0] for x in train_x}
+    stacked_data = torch.stack([x.to(dev) for x in train_x]) if len(sizes) == 1 else None  # (M, n, 784)
+    data = None if stacked_data is not None else [x.to(dev) for x in train_x]
+    rows = torch.arange(m_clients, device=dev).unsqueeze(1)  # (M, 1): client m's row of every (M, B) index
+    streams = [_batches(x.shape[0], batch_size, generator(seed, _BATCHES, m)) for m, x in enumerate(train_x)]
     t_gens = [generator(seed, _TARGETS, m) for m in range(m_clients)]
     a_gens = [generator(seed, _ALPHA, m) for m in range(m_clients)]
-    org = [torch.full((batch_size,), m, device=dev, dtype=torch.long) for m in range(m_clients)]
-    c_orgs = [one_hot(o, m_clients) for o in org]
+    org = rows.expand(m_clients, batch_size)  # (M, B): client m's own domain is m
     wanted = {int(s) for s in eval_syncs}
     curve = []
     d_sums = DeferredSums(("d", "d_cls"), flush_every=LOSS_FLUSH_EVERY)
@@ -197,51 +181,26 @@ def train_fedstargan(train_x: Sequence[Tensor], *, sync_every: int, iterations: 
     for batches, targets, alphas in _draws(streams, t_gens, a_gens, batch_size, iterations, dev):
         for j in range(batches.shape[0]):
             it += 1
-            for m in range(m_clients):
-                g, d = gens[m], discs[m]
-                x = to_gan(data[m][batches[j, m]])
-                trg = targets[j, m]
-                c_org, c_trg = c_orgs[m], one_hot(trg, m_clients)
-                # discriminator
-                out_src, out_cls = d(x)
-                d_real, d_cls = -out_src.mean(), F.cross_entropy(out_cls, org[m])
-                fake = g(x, c_org, c_trg)
-                d_fake = d(fake.detach())[0].mean()
-                alpha = alphas[j, m]
-                x_hat = (alpha * x + (1 - alpha) * fake.detach()).requires_grad_(True)
-                gp = _gradient_penalty(d(x_hat)[0], x_hat)
-                d_loss = d_real + d_fake + lambda_cls * d_cls + lambda_gp * gp
-                d_opts[m].zero_grad(set_to_none=True)
-                d_loss.backward()
-                d_opts[m].step()
-                d_sums.add(torch.stack([d_loss.detach(), d_cls.detach()]))
-                # generator
-                if it % n_critic == 0:
-                    fake = g(x, c_org, c_trg)
-                    out_src, out_cls = d(fake)
-                    g_fake, g_cls = -out_src.mean(), F.cross_entropy(out_cls, trg)
-                    g_rec = (x - g(fake, c_trg, c_org)).abs().mean()
-                    g_loss = g_fake + lambda_rec * g_rec + lambda_cls * g_cls
-                    g_opts[m].zero_grad(set_to_none=True)
-                    g_loss.backward()
-                    g_opts[m].step()
-                    g_sums.add(torch.stack([g_fake.detach(), g_rec.detach(), g_cls.detach()]))
-                    g_steps += m == 0
+            b = batches[j]  # (M, B): client m's mini-batch is row m
+            pixels = stacked_data[rows, b] if stacked_data is not None else torch.stack(
+                [x[i] for x, i in zip(data, b)])
+            x = to_gan(pixels.reshape(-1, 784)).view(m_clients, batch_size, 1, 28, 28)
+            train_g = it % n_critic == 0
+            clients.step(x, org, targets[j], alphas[j], train_g, d_sums, g_sums)
+            g_steps += train_g
             if it % sync_every == 0 or it == iterations:
                 syncs += 1
-                up_g = log.up(syncs, "fedavg", "client_generator", torch.stack([_flat([g]) for g in gens]), 0)
-                up_d = log.up(syncs, "fedavg", "client_discriminator", torch.stack([_flat([d]) for d in discs]), 0)
+                stacked_g, stacked_d = clients.stacked()
+                up_g = log.up(syncs, "fedavg", "client_generator", stacked_g, 0)
+                up_d = log.up(syncs, "fedavg", "client_discriminator", stacked_d, 0)
                 flat_g = log.down(syncs, "fedavg", "average_generator", up_g.mean(0))
                 flat_d = log.down(syncs, "fedavg", "average_discriminator", up_d.mean(0))
-                for g in gens + [server_g]:
-                    _load([g], flat_g)
-                for d in discs + [server_d]:
-                    _load([d], flat_d)
+                clients.load(flat_g, flat_d)
+                _load([server_g], flat_g)
+                _load([server_d], flat_d)
                 if evaluate is not None and (syncs in wanted or it == iterations):
                     seconds += _clock(dev) - t0
                     value = evaluate(server_g)
-                    for g in gens:
-                        g.train()
                     curve.append(dict(iteration=it, syncs=syncs, params=int(log.total()),
                                       params_up=int(log.total("up")), params_down=int(log.total("down")),
                                       value=float(value)))
