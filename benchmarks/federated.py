@@ -66,17 +66,23 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def steady_round_time(device: torch.device, ds, batching: str, warm: int, timed: int) -> float:
+def steady_round_time(device: torch.device, ds, batching: str, warm: int, timed: int, warm_seconds: list | None = None
+                      ) -> float:
     """Seconds per round of one run after ``warm`` untimed rounds (for ``client_batching="compile"``: the
-    compilation of the full and the short last mini-batch happens there, once per run)."""
+    compilation of the full and the short last mini-batch happens there, once per run). ``warm_seconds``, when
+    given, receives the seconds of the ``warm`` rounds together (set-up of the run not included)."""
     from fda_core.experiments.federated import Run, make_config
     from fda_core.experiments.methods import get_method
 
     c = make_config(rounds=warm + timed, eval_every=10 ** 6, device=str(device), client_batching=batching, **SETTING)
     run = Run(c, get_method(c["rule"], **c["method_options"]), ds)
+    _sync(device)
+    t_warm = time.perf_counter()
     for r in range(1, warm + 1):
         run.round(r)
     _sync(device)
+    if warm_seconds is not None:
+        warm_seconds.append(time.perf_counter() - t_warm)
     t0 = time.perf_counter()
     for r in range(warm + 1, warm + timed + 1):
         run.round(r)
@@ -166,14 +172,21 @@ def measure_compiled(device: torch.device, warm: int, timed: int, repeats: int) 
     ds = get_dataset(SETTING["dataset"], **SETTING["dataset_options"], seed=SETTING["seed"])
     plain_time(1, device, ds)  # warm-up (allocator, kernels)
     per = {"batched (eager)": [], "batched (compiled)": [], "plain loop": []}
+    warm_s = {"batched (eager)": [], "batched (compiled)": []}
     for _ in range(repeats):
-        per["batched (eager)"].append(steady_round_time(device, ds, "vmap", warm, timed))
-        per["batched (compiled)"].append(steady_round_time(device, ds, "compile", warm, timed))
+        per["batched (eager)"].append(steady_round_time(device, ds, "vmap", warm, timed, warm_s["batched (eager)"]))
+        per["batched (compiled)"].append(steady_round_time(device, ds, "compile", warm, timed,
+                                                           warm_s["batched (compiled)"]))
         per["plain loop"].append(plain_round_time(device, ds, warm, timed))
-    med = _medians(per)
+    med, warm_med = _medians(per), _medians(warm_s)
+    # what compiling costs once per run (its first rounds compile), and after how many rounds its faster rounds repay it
+    overhead = warm_med["batched (compiled)"] - warm_med["batched (eager)"]
+    saved = med["batched (eager)"] - med["batched (compiled)"]
     return {"device": str(device), "model": SETTING["model"], "seconds_per_round": med,
             "ratio_eager_over_compiled": med["batched (eager)"] / med["batched (compiled)"],
-            "ratio_plain_over_compiled": med["plain loop"] / med["batched (compiled)"], "repeats": per}
+            "ratio_plain_over_compiled": med["plain loop"] / med["batched (compiled)"], "repeats": per,
+            "warm_rounds": warm, "warm_seconds": warm_med, "compile_overhead_s": overhead,
+            "break_even_rounds": overhead / saved if saved > 0 else None}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -214,6 +227,10 @@ def main(argv: list[str] | None = None) -> dict:
                   f"{s['batched (compiled)'] * 1e3:8.1f} ms/round | plain loop {s['plain loop'] * 1e3:8.1f} ms/round | "
                   f"eager/compiled = {r['ratio_eager_over_compiled']:.2f}x, plain/compiled = "
                   f"{r['ratio_plain_over_compiled']:.2f}x")
+            even = r["break_even_rounds"]
+            print(f"  compiling costs {r['compile_overhead_s']:.1f} s per run (its first {r['warm_rounds']} rounds "
+                  f"against eager's); " + (f"repaid after {even:.0f} rounds" if even is not None and even >= 0 else
+                                           "never repaid" if even is None else "no cost measured"))
     for dev in devices if not args.compiled else []:
         r = measure(dev, args.rounds, args.extra, args.repeats)
         results.append(r)

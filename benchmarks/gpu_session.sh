@@ -33,6 +33,9 @@
 #   tenth session, never timed on a device: carry .gpudata/MNIST and .gpustore, perhaps two calls).
 # The notebook steps 04, 05, 07 and 08 compute WORKERS runs side by side (-p workers; default: the best count of this
 # call's `parallel` step, else 4).
+# The engine's notebook steps (04, 05, 07) pass BATCHING as -p client_batching (default auto: eager vmap-ed clients);
+# BATCHING=compile compiles them (CUDA graphs), which pays for a run of R rounds when R exceeds the break-even
+# rounds that this call's fedcomp / fedcompgn step prints (compiling costs its first rounds once per run).
 # The notebook steps keep their finished runs in .gpustore (STORE), which comes back as store.tgz inside the session's
 # archive: `bash benchmarks/gpu_unpack.sh FILES_AT` unpacks both here (logs to results/gpu-runs/, the store into
 # .gpustore), and carrying .gpustore lets the next call, or the next lease, resume where this one stopped (runs are
@@ -98,17 +101,17 @@ for s in "$@"; do
     parallel) step parallel 240 python3 benchmarks/parallel_runs.py --device cuda --runs 16 --rounds 20 --workers 2 4 8 --json "$OUT/parallel.json" ;;
     fedcpu) step fedcpu 300 python3 benchmarks/federated.py --device cpu --json "$OUT/fedcpu.json" ;;
     nb02) step nb02 150 python3 -m fda_core run 02 -p results_dir "$STORE" -p paper_scale true --out /tmp/executed --no-progress ;;
-    nb04p) step nb04p "${NB_LIMIT:-130}" python3 -m fda_core run 04 -p results_dir "$STORE" -p model mnist_cnn -p rounds 50 -p trials 5 -p workers "$(workers)" --out /tmp/executed --no-progress ;;
-    nb05p) step nb05p "${NB_LIMIT:-150}" python3 -m fda_core run 05 -p results_dir "$STORE" -p paper_scale true -p workers "$(workers)" --out /tmp/executed --no-progress ;;
+    nb04p) step nb04p "${NB_LIMIT:-130}" python3 -m fda_core run 04 -p results_dir "$STORE" -p model mnist_cnn -p rounds 50 -p trials 5 -p workers "$(workers)" -p client_batching "${BATCHING:-auto}" --out /tmp/executed --no-progress ;;
+    nb05p) step nb05p "${NB_LIMIT:-150}" python3 -m fda_core run 05 -p results_dir "$STORE" -p paper_scale true -p workers "$(workers)" -p client_batching "${BATCHING:-auto}" --out /tmp/executed --no-progress ;;
     # the full data sets, carried as .gpudata (benchmarks/gpu_data.sh): notebook 04 at the paper's scale on full MNIST,
     # notebook 05's paper-settings test on full Fashion-MNIST (as committed under figures/05_semi_synthetic/fashion_mnist)
-    nb04full) step nb04full "${NB_LIMIT:-300}" python3 -m fda_core run 04 -p results_dir "$STORE" -p paper_scale true -p data_root .gpudata -p workers "$(workers)" --out /tmp/executed --no-progress ;;
-    nb05full) step nb05full "${NB_LIMIT:-300}" python3 -m fda_core run 05 -p results_dir "$STORE" -p base fashion_mnist -p data_root .gpudata -p sections '["faithful"]' -p faithful_settings '["paper", "reference"]' -p faithful_trials 3 -p figures_dir /tmp/nb05full -p workers "$(workers)" --out /tmp/executed --no-progress ;;
+    nb04full) step nb04full "${NB_LIMIT:-300}" python3 -m fda_core run 04 -p results_dir "$STORE" -p paper_scale true -p data_root .gpudata -p workers "$(workers)" -p client_batching "${BATCHING:-auto}" --out /tmp/executed --no-progress ;;
+    nb05full) step nb05full "${NB_LIMIT:-300}" python3 -m fda_core run 05 -p results_dir "$STORE" -p base fashion_mnist -p data_root .gpudata -p sections '["faithful"]' -p faithful_settings '["paper", "reference"]' -p faithful_trials 3 -p figures_dir /tmp/nb05full -p workers "$(workers)" -p client_batching "${BATCHING:-auto}" --out /tmp/executed --no-progress ;;
     nb06) step nb06 200 python3 -m fda_core run 06 -p results_dir "$STORE" --out /tmp/executed --no-progress ;;
     # notebook 06 at the paper's sizes (full MNIST: carry .gpudata/MNIST) with the paper's metric, Sinkhorn, batched
     # on the device (exact EMD runs on the host: about 0.6 s per pair of 1,000 digits, hours per notebook)
     nb06p) step nb06p "${NB_LIMIT:-300}" python3 -m fda_core run 06 -p results_dir "$STORE" -p paper_scale true -p data_root .gpudata -p wd_method sinkhorn -p workers "$(workers)" --out /tmp/executed --no-progress ;;
-    nb07p) step nb07p "${NB_LIMIT:-110}" python3 -m fda_core run 07 -p results_dir "$STORE" -p paper_scale true -p workers "$(workers)" --out /tmp/executed --no-progress ;;
+    nb07p) step nb07p "${NB_LIMIT:-110}" python3 -m fda_core run 07 -p results_dir "$STORE" -p paper_scale true -p workers "$(workers)" -p client_batching "${BATCHING:-auto}" --out /tmp/executed --no-progress ;;
     # notebook 06's FedStarGAN at the paper's networks: per-step reads (earlier code), the loop and the vmap-ed clients
     stargan) step stargan 120 python3 benchmarks/fedstargan.py --device cuda --json "$OUT/stargan.json" ;;
     dirt) step dirt 150 python3 benchmarks/feddirt.py --device cuda --width 1 --iterations 100 --repeats 3 --json "$OUT/dirt.json" ;;
