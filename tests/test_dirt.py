@@ -339,6 +339,20 @@ def test_deferred_losses_sum_as_the_per_step_reads_did(steps, flush_every):
     assert deferred.read() == (0.0, 0.0)
 
 
+def test_client_batching_of_notebook_08_reaches_every_run(tmp_path):
+    """resolve_plan(client_batching=...) is checked before anything runs and passed to every run's training (an
+    execution choice: the store key of a run, DGStudy.config, does not hold it)."""
+    from fda_core.common.store import ResultStore
+    from fda_core.experiments.translation import dg_study as dg
+
+    with pytest.raises(ValueError, match="client_batching must be one of"):
+        dg.resolve_plan(quick=True, client_batching="compile")
+    for mode in ("auto", "loop", "vmap"):
+        study = dg.DGStudy(dg.resolve_plan(quick=True, client_batching=mode), ResultStore(tmp_path / mode),
+                           translation_root=str(tmp_path / "t"), threads=1)
+        assert study._train_kwargs()["client_batching"] == mode
+
+
 def test_bad_arguments_name_the_parameter():
     x, y = _clients(m=2, n=8)
     m = dirt.get_dg_method("fedavg")

@@ -521,6 +521,10 @@ def test_paper_scale_plans(tmp_path):
     assert sgs.resolve_stargan()["conv_dim"] == 8 and not sgs.resolve_stargan()["paper_scale"]
     with pytest.raises(ValueError, match="exclude each other"):
         sgs.resolve_stargan(paper_scale=True, quick=True)
+    assert sgs.resolve_stargan()["client_batching"] == "auto" and sgs.resolve_stargan(client_batching="vmap")[
+        "client_batching"] == "vmap"
+    with pytest.raises(ValueError, match="client_batching must be one of"):  # no compiled form for FedStarGAN
+        sgs.resolve_stargan(client_batching="compile")
 
 
 def test_study_note_counts_every_held_out_digit(tmp_path):

@@ -31,6 +31,7 @@ from ...data.autoencoder import ConvAutoencoder
 from ..paper_numbers import paper_table, paper_value
 from ..worker_pool import WorkerTask, check_workers, compute_side_by_side
 from . import dirt
+from .dg_clients import CLIENT_BATCHING
 from . import study as st
 
 __all__ = ["EXPERIMENT", "QUICK", "PAPER_SCALE", "DATASETS", "resolve_plan", "DGStudy", "dg_revision",
@@ -75,15 +76,18 @@ def resolve_plan(*, quick: bool = False, paper_scale: bool = False, seed: int = 
                  periods: Sequence[int] = (1, 10, 100), shared_periods: Sequence[int] | None = (10,),
                  iterations_scale: float = 0.08, runs: int = 2,
                  width: float = 0.25, lam: float | None = None, lr: float | None = None,
-                 batch_size: int | None = None, eval_every: int = 40, refit_translator: bool = False) -> dict[str, Any]:
+                 batch_size: int | None = None, eval_every: int = 40, refit_translator: bool = False,
+                 client_batching: str = "auto") -> dict[str, Any]:
     """Notebook 08's parameters resolved into one plan. ``quick`` replaces the sizes by :data:`QUICK`;
     ``paper_scale`` sets :data:`PAPER_SCALE` (DIRT's full network, 4 runs, the paper's iterations). Iterations
     per period: the paper's (2,000 / 2,500 / 3,000 for periods 1 / 10 / 100) × ``iterations_scale``. λ, lr and
     the batch size default to the paper's for the dataset (App. E.2). ``shared_periods``: the periods of the
     shared-space variant (None: ``periods``; a subset keeps the default run short). The translator settings (sizes, L, K, J,
     V, variant, autoencoder epochs, option) must equal notebook 06's for its translator to be reused.
-    Raises ValueError naming a bad parameter."""
+    ``client_batching``: how each run's clients are computed (:data:`dg_clients.CLIENT_BATCHING`; an execution
+    choice, not part of a run's store key). Raises ValueError naming a bad parameter."""
     check_choice(dataset, "dataset", DATASETS)
+    check_choice(client_batching, "client_batching", CLIENT_BATCHING)
     if dataset == "fashion" and not data_root:
         raise ValueError("dataset 'fashion' needs data_root: a folder with the four Fashion-MNIST IDX files "
                          "(train-images-idx3-ubyte, ...; nothing is downloaded)")
@@ -126,7 +130,8 @@ def resolve_plan(*, quick: bool = False, paper_scale: bool = False, seed: int = 
         width=check_number(width, "width", 0.0, 4.0, lo_open=True),
         lr=hyper["lr"] if lr is None else check_number(lr, "lr", 0.0, lo_open=True),
         batch_size=hyper["batch_size"] if batch_size is None else check_int(batch_size, "batch_size", 1),
-        eval_every=check_int(eval_every, "eval_every", 0), refit_translator=bool(refit_translator))
+        eval_every=check_int(eval_every, "eval_every", 0), refit_translator=bool(refit_translator),
+        client_batching=client_batching)
 
 
 def method_key(method: dirt.DGMethod, lam: float) -> dirt.DGMethod:
@@ -236,7 +241,7 @@ class DGStudy:
         """The arguments of :func:`dirt.train_federated` every run of the plan shares."""
         p = self.plan
         return dict(batch_size=p["batch_size"], lr=p["lr"], width=p["width"], norm="instance", seed=p["seed"],
-                    eval_every=p["eval_every"], device=p["device"])
+                    eval_every=p["eval_every"], device=p["device"], client_batching=p["client_batching"])
 
     def _views(self, method: dirt.DGMethod) -> torch.Tensor | None:
         return {"translated": self.bank, "shared": self.shared, None: None}[type(method).view]

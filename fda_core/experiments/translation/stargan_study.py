@@ -23,6 +23,7 @@ from ...common.provenance import code_revision
 from ...common.store import ResultStore
 from ..paper_numbers import paper_value
 from . import stargan as sg
+from .dg_clients import CLIENT_BATCHING
 
 __all__ = ["EXPERIMENT", "QUICK", "PAPER_SCALE", "METRICS", "resolve_stargan", "stargan_revision",
            "FedStarGANStudy", "stargan_table", "describe_stargan", "fid_of_translations", "timings_table"]
@@ -47,15 +48,17 @@ def stargan_revision() -> str:
 def resolve_stargan(*, quick: bool = False, paper_scale: bool = False, run: bool = True,
                     sync_steps: Sequence[int] = (16,), iterations: int = 64, conv_dim: int = 8, g_repeat: int = 1,
                     batch_size: int = 16, eval_points: int = 2, metric: str = "wd", inception_weights: str = "",
-                    n_fid: int = 500) -> dict[str, Any]:
+                    n_fid: int = 500, client_batching: str = "auto") -> dict[str, Any]:
     """Notebook 06's FedStarGAN parameters as a plan (``quick``: :data:`QUICK` sizes). ``run``: whether the section
     runs at all; ``sync_steps``: FedAvg every k mini-batches, one run per k (paper: 16 and 128); ``iterations``:
     mini-batches per client; ``eval_points``: about how many synchronisation counts the metric is measured at;
     ``metric``: "wd" (default, the INB runs' metric) or "fid" (``inception_weights`` must be a local TorchScript
     InceptionV3 file, else FileNotFoundError before anything trains); ``n_fid``: real and translated digits per
     target domain for FID. ``paper_scale`` replaces iterations, periods, network and evaluation points by
-    :data:`PAPER_SCALE`. ValueError names a bad parameter."""
+    :data:`PAPER_SCALE`. ``client_batching``: how the clients are computed (``stargan.train_fedstargan``; an
+    execution choice, not part of a run's store key). ValueError names a bad parameter."""
     check_choice(metric, "metric", METRICS)
+    check_choice(client_batching, "client_batching", CLIENT_BATCHING)
     if quick and paper_scale:
         raise ValueError("quick and paper_scale exclude each other: set at most one of them")
     if paper_scale:
@@ -75,7 +78,8 @@ def resolve_stargan(*, quick: bool = False, paper_scale: bool = False, run: bool
                 iterations=check_int(iterations, "iterations", 1),
                 conv_dim=check_int(conv_dim, "conv_dim", 1), g_repeat=check_int(g_repeat, "g_repeat", 0),
                 batch_size=check_int(batch_size, "batch_size", 1), eval_points=check_int(eval_points, "eval_points", 1),
-                metric=metric, inception_weights=inception_weights, n_fid=check_int(n_fid, "n_fid", 2))
+                metric=metric, inception_weights=inception_weights, n_fid=check_int(n_fid, "n_fid", 2),
+                client_batching=client_batching)
 
 
 def fid_of_translations(translate, test_x: Sequence[torch.Tensor], test_y: Sequence[torch.Tensor], extract,
@@ -141,7 +145,8 @@ class FedStarGANStudy:
             rec = self.store.cached(EXPERIMENT, cfg, lambda: sg.train_fedstargan(
                 d.train_x, sync_every=sync_every, iterations=p["iterations"], batch_size=p["batch_size"],
                 conv_dim=p["conv_dim"], g_repeat=p["g_repeat"], seed=cfg["seed"], eval_syncs=points,
-                evaluate=self._evaluate(), device=cfg["device"]), revision=self.revision)
+                evaluate=self._evaluate(), device=cfg["device"], client_batching=p.get("client_batching", "auto")),
+                revision=self.revision)
             self._runs[sync_every] = {**rec, "config": cfg, "name": f"FedStarGAN-{sync_every}"}
         return self._runs[sync_every]
 
