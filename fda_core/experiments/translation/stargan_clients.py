@@ -67,11 +67,12 @@ def gradient_penalty(out: Tensor, x: Tensor) -> Tensor:
 
 
 class LoopGANClients:
-    """M copies of G and D loaded with ``flat_g`` and ``flat_d``, each with its own ``torch.optim.Adam``."""
+    """M copies of G and D loaded with ``flat_g`` and ``flat_d``, each with its own ``torch.optim.Adam`` (lr ``g_lr``,
+    ``d_lr``, ``betas``); ``lambdas``: the losses' weights {"cls": λ_cls, "rec": λ_rec, "gp": λ_gp}."""
 
     def __init__(self, make_g: Callable[[], StarGenerator], make_d: Callable[[], StarDiscriminator], flat_g: Tensor,
                  flat_d: Tensor, n_clients: int, g_lr: float, d_lr: float, betas: tuple[float, float],
-                 losses: dict[str, float]):
+                 lambdas: dict[str, float]):
         self.gens = [make_g() for _ in range(n_clients)]
         self.discs = [make_d() for _ in range(n_clients)]
         self.load(flat_g, flat_d)
@@ -80,7 +81,7 @@ class LoopGANClients:
             d.train()
         self.g_opts = [torch.optim.Adam(g.parameters(), g_lr, betas=betas) for g in self.gens]
         self.d_opts = [torch.optim.Adam(d.parameters(), d_lr, betas=betas) for d in self.discs]
-        self.lam = losses
+        self.lam = lambdas  # the losses' weights λ_cls, λ_rec, λ_gp (keys cls, rec, gp)
         self.n_clients = n_clients
 
     def step(self, x: Tensor, org: Tensor, trg: Tensor, alpha: Tensor, train_g: bool, d_sums: DeferredSums,
@@ -170,7 +171,7 @@ class BatchedGANClients:
     ``vmap``-ed D step (and G step) per iteration and :class:`FlatAdam` on all rows (module docstring)."""
 
     def __init__(self, gen: StarGenerator, disc: StarDiscriminator, flat_g: Tensor, flat_d: Tensor, n_clients: int,
-                 g_lr: float, d_lr: float, betas: tuple[float, float], losses: dict[str, float]):
+                 g_lr: float, d_lr: float, betas: tuple[float, float], lambdas: dict[str, float]):
         gen.train()
         disc.train()
         self.g = ParameterRows(gen, flat_g, n_clients, in_dims=(0, 0, 0))
@@ -178,7 +179,7 @@ class BatchedGANClients:
         dev, dtype = flat_g.device, flat_g.dtype
         self.g_opt = FlatAdam(self.g.rows.numel(), dev, dtype, betas=betas, eps=_EPS)
         self.d_opt = FlatAdam(self.d.rows.numel(), dev, dtype, betas=betas, eps=_EPS)
-        self.g_lr, self.d_lr, self.lam, self.n_clients = g_lr, d_lr, losses, n_clients
+        self.g_lr, self.d_lr, self.lam, self.n_clients = g_lr, d_lr, lambdas, n_clients
 
     def _per_client_ce(self, logits: Tensor, labels: Tensor) -> Tensor:
         """(M, B, C) logits and (M, B) labels → (M,) each client's mean cross-entropy."""
