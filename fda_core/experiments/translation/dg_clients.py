@@ -37,7 +37,7 @@ from torch import Tensor, nn
 from ..deferred import DeferredSums
 from ..flat import FlatAdam
 
-__all__ = ["CLIENT_BATCHING", "DeferredLosses", "LoopClients", "BatchedClients", "batching_blockers",
+__all__ = ["CLIENT_BATCHING", "DeferredLosses", "LoopClients", "ParameterRows", "BatchedClients", "batching_blockers",
            "choose_client_batching"]
 
 #: the values of ``client_batching``: "auto" (the batched form on CUDA where the model qualifies, the loop
@@ -134,6 +134,58 @@ class _Objective(nn.Module):
         return torch.stack(self.method.dg_loss(self.net, x, y, x_view))
 
 
+class ParameterRows:
+    """M copies of a model's parameters as the rows of one (M, P) tensor, starting from ``start`` (P,), each
+    parameter also an (M, *shape) view of the rows (made once: an optimiser updates the rows in place). ``module``
+    is called with client m's parameters in place of its own (``torch.func.functional_call`` under ``names``, the
+    parameters in the order of the rows), for every client at once (``vmap``, :meth:`batched`)."""
+
+    def __init__(self, module: nn.Module, names: Sequence[str], shapes: Sequence[torch.Size], start: Tensor,
+                 n_clients: int):
+        if any(b.is_floating_point() for b in module.buffers()):
+            raise ValueError("the batched clients need a model without floating-point buffers (running statistics)")
+        sizes = [math.prod(s) for s in shapes]
+        if sum(sizes) != start.numel():
+            raise ValueError(f"start must hold the model's {sum(sizes)} parameters, got {start.numel()}")
+        self.rows = start.detach().expand(n_clients, -1).clone()  # (M, P): client m's model is row m
+        self.grad = torch.empty_like(self.rows)
+        offsets = [0, *itertools.accumulate(sizes)]
+        self.params = [self.rows[:, o:o + k].view(n_clients, *s) for o, k, s in zip(offsets, sizes, shapes)]
+        self._module, self._names = module, list(names)
+        self._batched: dict[tuple, Callable] = {}
+
+    @classmethod
+    def of(cls, net: nn.Module, start: Tensor, n_clients: int) -> "ParameterRows":
+        """The rows of ``net``'s parameters in the order of ``net.named_parameters()``."""
+        named = dict(net.named_parameters())
+        return cls(net, list(named), [p.shape for p in named.values()], start, n_clients)
+
+    def batched(self, in_dims: tuple) -> Callable:
+        """``f(leaves, *args)``: the module on every client's arguments with its own parameters ``leaves`` (the
+        (M, *shape) tensors of :meth:`leaves`); ``in_dims`` says which arguments carry a client dimension (0) and
+        which are shared (None)."""
+        if in_dims not in self._batched:
+            from torch.func import functional_call, vmap
+
+            module, names = self._module, self._names
+
+            def one(leaves: Sequence[Tensor], *args: Tensor | None) -> Any:
+                return functional_call(module, dict(zip(names, leaves)), args)
+
+            self._batched[in_dims] = vmap(one, in_dims=(0, *in_dims))
+        return self._batched[in_dims]
+
+    def leaves(self, trainable: bool) -> list[Tensor]:
+        """The parameters to call :meth:`batched` with: fresh leaves that record gradients, or detached ones."""
+        return [p.detach().requires_grad_(True) if trainable else p.detach() for p in self.params]
+
+    def step(self, opt: FlatAdam, grads: Sequence[Tensor], lr: float) -> None:
+        """One step of ``opt`` on all rows with ``grads``, one (M, *shape) tensor per parameter."""
+        with torch.no_grad():
+            torch.cat([g.flatten(1) for g in grads], dim=1, out=self.grad)
+            opt.step(self.rows.view(-1), self.grad.view(-1), lr)
+
+
 class BatchedClients:
     """M clients of ``net``'s architecture as the rows of one (M, P) parameter tensor, all starting from
     ``start`` (P,), trained by one ``vmap``-ed step per iteration and :class:`FlatAdam` (lr) on all rows.
@@ -149,41 +201,20 @@ class BatchedClients:
             raise ValueError(f"keys must be the model's parameter names in order, got {list(keys)}")
         self.n_clients, self.lr = n_clients, lr
         self.objective = _Objective(net, None).train()
-        self.names = [f"net.{k}" for k in keys]
-        self.shapes = [named[k].shape for k in keys]
-        sizes = [math.prod(s) for s in self.shapes]
-        if sum(sizes) != start.numel():
-            raise ValueError(f"start must hold the model's {sum(sizes)} parameters, got {start.numel()}")
-        self.rows = start.detach().expand(n_clients, -1).clone()  # (M, P): client m's model is row m
-        self.grad = torch.empty_like(self.rows)
-        offsets = [0, *itertools.accumulate(sizes)]
-        # each parameter as an (M, *shape) view of the rows, made once: the optimiser updates the rows in place
-        self.params = [self.rows[:, o:o + k].view(n_clients, *s) for o, k, s in zip(offsets, sizes, self.shapes)]
+        self.clients = ParameterRows(self.objective, [f"net.{k}" for k in keys], [named[k].shape for k in keys],
+                                     start, n_clients)
+        self.rows = self.clients.rows
         self.opt = FlatAdam(self.rows.numel(), self.rows.device, self.rows.dtype, betas=_BETAS, eps=_EPS)
-        self._batched: dict[bool, Callable] = {}
-
-    def _objective(self, with_view: bool) -> Callable:
-        from torch.func import functional_call, vmap
-
-        if with_view not in self._batched:
-            names, objective = self.names, self.objective
-
-            def one(leaves: Sequence[Tensor], x: Tensor, y: Tensor, x_view: Tensor | None) -> Tensor:
-                return functional_call(objective, dict(zip(names, leaves)), (x, y, x_view))
-
-            self._batched[with_view] = vmap(one, in_dims=(0, 0, 0, 0 if with_view else None))
-        return self._batched[with_view]
 
     def step(self, method: Any, xb: Tensor, yb: Tensor, xv: Tensor | None, losses: DeferredLosses) -> None:
         """One Adam step of every client, as :meth:`LoopClients.step`."""
         self.objective.method = method
-        leaves = [p.detach().requires_grad_(True) for p in self.params]
-        values = self._objective(xv is not None)(leaves, xb, yb, xv)  # (M, 2): (loss, CE) per client
+        leaves = self.clients.leaves(True)
+        objective = self.clients.batched((0, 0, 0 if xv is not None else None))
+        values = objective(leaves, xb, yb, xv)  # (M, 2): (loss, CE) per client
         # client m's loss depends on row m only, so the gradient of the sum is every client's own gradient
         grads = torch.autograd.grad(values[:, 0].sum(), leaves, materialize_grads=True)
-        with torch.no_grad():
-            torch.cat([g.flatten(1) for g in grads], dim=1, out=self.grad)
-            self.opt.step(self.rows.view(-1), self.grad.view(-1), self.lr)
+        self.clients.step(self.opt, grads, self.lr)
         losses.add(values)
 
     def stacked(self) -> Tensor:

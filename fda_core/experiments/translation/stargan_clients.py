@@ -24,8 +24,6 @@ Neither form reads a value back from the device: the step losses go to the calle
 
 from __future__ import annotations
 
-import itertools
-import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -35,6 +33,7 @@ from torch import Tensor, nn
 from ...data.stargan_models import StarDiscriminator, StarGenerator, one_hot
 from ..deferred import DeferredSums
 from ..flat import FlatAdam
+from .dg_clients import ParameterRows
 
 __all__ = ["LoopGANClients", "BatchedGANClients", "flat_state", "load_flat_state"]
 
@@ -129,43 +128,6 @@ class LoopGANClients:
             load_flat_state([d], flat_d)
 
 
-class ParameterRows:
-    """M copies of ``net``'s parameters as the rows of one (M, P) tensor, starting from ``start`` (P,), with each
-    parameter as an (M, *shape) view of the rows (made once: an optimiser updates the rows in place), and
-    ``net`` applied to every client's inputs at once with each client's own parameters (``vmap`` of
-    ``functional_call``)."""
-
-    def __init__(self, net: nn.Module, start: Tensor, n_clients: int, in_dims: tuple):
-        from torch.func import functional_call, vmap
-
-        named = dict(net.named_parameters())
-        if any(b.is_floating_point() for b in net.buffers()):
-            raise ValueError("the batched clients need a model without floating-point buffers (running statistics)")
-        shapes = [p.shape for p in named.values()]
-        sizes = [math.prod(s) for s in shapes]
-        if sum(sizes) != start.numel():
-            raise ValueError(f"start must hold the model's {sum(sizes)} parameters, got {start.numel()}")
-        self.rows = start.detach().expand(n_clients, -1).clone()
-        self.grad = torch.empty_like(self.rows)
-        offsets = [0, *itertools.accumulate(sizes)]
-        self.params = [self.rows[:, o:o + k].view(n_clients, *s) for o, k, s in zip(offsets, sizes, shapes)]
-        names = list(named)
-
-        def one(leaves: Sequence[Tensor], *args: Tensor):
-            return functional_call(net, dict(zip(names, leaves)), args)
-
-        self.apply = vmap(one, in_dims=(0, *in_dims))
-
-    def leaves(self, trainable: bool) -> list[Tensor]:
-        """The parameters to call :attr:`apply` with: fresh leaves that record gradients, or detached ones."""
-        return [p.detach().requires_grad_(True) if trainable else p.detach() for p in self.params]
-
-    def step(self, opt: FlatAdam, grads: Sequence[Tensor], lr: float) -> None:
-        with torch.no_grad():
-            torch.cat([g.flatten(1) for g in grads], dim=1, out=self.grad)
-            opt.step(self.rows.view(-1), self.grad.view(-1), lr)
-
-
 class BatchedGANClients:
     """M clients of ``gen``'s and ``disc``'s architectures as the rows of two parameter tensors, trained by one
     ``vmap``-ed D step (and G step) per iteration and :class:`FlatAdam` on all rows (module docstring)."""
@@ -174,8 +136,9 @@ class BatchedGANClients:
                  g_lr: float, d_lr: float, betas: tuple[float, float], lambdas: dict[str, float]):
         gen.train()
         disc.train()
-        self.g = ParameterRows(gen, flat_g, n_clients, in_dims=(0, 0, 0))
-        self.d = ParameterRows(disc, flat_d, n_clients, in_dims=(0,))
+        self.g = ParameterRows.of(gen, flat_g, n_clients)
+        self.d = ParameterRows.of(disc, flat_d, n_clients)
+        self._g, self._d = self.g.batched((0, 0, 0)), self.d.batched((0,))  # G(x, c, c'), D(x) of every client
         dev, dtype = flat_g.device, flat_g.dtype
         self.g_opt = FlatAdam(self.g.rows.numel(), dev, dtype, betas=betas, eps=_EPS)
         self.d_opt = FlatAdam(self.d.rows.numel(), dev, dtype, betas=betas, eps=_EPS)
@@ -194,13 +157,13 @@ class BatchedGANClients:
         c_org, c_trg = c_org.view(*org.shape, n_clients), c_trg.view(*trg.shape, n_clients)
         # discriminator: every client's loss depends on its own row only, so the gradient of the sum is each one's
         d_leaves = self.d.leaves(True)
-        out_src, out_cls = self.d.apply(d_leaves, x)
+        out_src, out_cls = self._d(d_leaves, x)
         d_real, d_cls = -out_src.flatten(1).mean(1), self._per_client_ce(out_cls, org)
         with torch.no_grad():
-            fake = self.g.apply(self.g.leaves(False), x, c_org, c_trg)
-        d_fake = self.d.apply(d_leaves, fake)[0].flatten(1).mean(1)
+            fake = self._g(self.g.leaves(False), x, c_org, c_trg)
+        d_fake = self._d(d_leaves, fake)[0].flatten(1).mean(1)
         x_hat = (alpha * x + (1 - alpha) * fake).requires_grad_(True)
-        out = self.d.apply(d_leaves, x_hat)[0]
+        out = self._d(d_leaves, x_hat)[0]
         grad = torch.autograd.grad(out.sum(), x_hat, create_graph=True)[0]  # client m's rows: its own ∂D/∂x̂
         gp = (grad.flatten(2).norm(dim=2) - 1).square().mean(1)
         d_loss = d_real + d_fake + lam["cls"] * d_cls + lam["gp"] * gp
@@ -210,10 +173,10 @@ class BatchedGANClients:
             return
         # generator, against the discriminators just updated
         g_leaves, d_fixed = self.g.leaves(True), self.d.leaves(False)
-        fake = self.g.apply(g_leaves, x, c_org, c_trg)
-        out_src, out_cls = self.d.apply(d_fixed, fake)
+        fake = self._g(g_leaves, x, c_org, c_trg)
+        out_src, out_cls = self._d(d_fixed, fake)
         g_fake, g_cls = -out_src.flatten(1).mean(1), self._per_client_ce(out_cls, trg)
-        g_rec = (x - self.g.apply(g_leaves, fake, c_trg, c_org)).abs().flatten(1).mean(1)
+        g_rec = (x - self._g(g_leaves, fake, c_trg, c_org)).abs().flatten(1).mean(1)
         g_loss = g_fake + lam["rec"] * g_rec + lam["cls"] * g_cls
         self.g.step(self.g_opt, torch.autograd.grad(g_loss.sum(), g_leaves), self.g_lr)
         g_sums.add(torch.stack([g_fake.detach(), g_rec.detach(), g_cls.detach()], 1))
