@@ -582,3 +582,29 @@ def test_study_fits_side_by_side_as_one_after_another(tmp_path):
     assert "1 computed" in third.store.summary(st.EXPERIMENT)
     with pytest.raises(ValueError, match="workers must be an integer"):
         st.TranslationStudy(plan, ResultStore(tmp_path / "three"), workers=0)
+
+
+@pytest.mark.timeout(600)
+def test_fedstargan_runs_side_by_side_are_the_runs_of_one_worker(tmp_path):
+    """With the translation study's workers=2, FedStarGANStudy.runs() trains its runs the store lacks in two worker
+    processes (which load the clients' images and held-out digits from a file) and gives the records one worker
+    gives, bit for bit (training times aside); a second study reads both back; one worker trains nothing ahead."""
+    from fda_core.common.store import ResultStore
+    from fda_core.experiments.translation import stargan_study as sgs
+    from fda_core.experiments.translation import study as st
+
+    plan = _tiny_plan()
+    sg_plan = sgs.resolve_stargan(sync_steps=[1, 2], iterations=3, conv_dim=2, g_repeat=0, eval_points=2)
+    one_study = st.TranslationStudy(plan, ResultStore(tmp_path / "one"), threads=1)
+    one_study.prepare()
+    one = sgs.FedStarGANStudy(one_study, sg_plan)
+    assert one.workers == 1 and one.run_all() == 0
+    two_study = st.TranslationStudy(plan, ResultStore(tmp_path / "two"), threads=1, workers=2)
+    two_study.prepare()
+    two = sgs.FedStarGANStudy(two_study, sg_plan)
+    assert two.run_all() == 2 and "2 computed" in two.store.summary(sgs.EXPERIMENT)
+    assert _without_times(two.runs()) == _without_times(one.runs())
+    assert [len(r["curve"]) for r in two.runs().values()] == [2, 2]
+    again = sgs.FedStarGANStudy(two_study, sg_plan, store=ResultStore(tmp_path / "two"))
+    assert again.run_all() == 0 and _without_times(again.runs()) == _without_times(one.runs())
+    assert "2 run(s) reused" in again.store.summary(sgs.EXPERIMENT)

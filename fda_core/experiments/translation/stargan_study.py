@@ -11,7 +11,10 @@ on the same held-out digits. Not imported by ``stargan``, so editing it leaves s
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,6 +25,7 @@ from ...common.checks import check_choice, check_int
 from ...common.provenance import code_revision
 from ...common.store import ResultStore
 from ..paper_numbers import paper_value
+from ..worker_pool import WorkerTask, check_workers, compute_side_by_side
 from . import stargan as sg
 from .dg_clients import CLIENT_BATCHING
 
@@ -106,12 +110,15 @@ def fid_of_translations(translate, test_x: Sequence[torch.Tensor], test_y: Seque
 
 class FedStarGANStudy:
     """FedStarGAN runs beside a :class:`~fda_core.experiments.translation.study.TranslationStudy` (its clients,
-    held-out digits, WD settings and store root). ``plan``: from :func:`resolve_stargan`."""
+    held-out digits, WD settings, store root and ``workers``). ``plan``: from :func:`resolve_stargan`. With
+    ``workers`` > 1 the runs the store lacks are trained side by side first (:meth:`run_all`)."""
 
-    def __init__(self, translation: Any, plan: Mapping[str, Any], store: ResultStore | None = None):
+    def __init__(self, translation: Any, plan: Mapping[str, Any], store: ResultStore | None = None,
+                 workers: int | None = None):
         self.translation = translation
         self.plan = dict(plan)
         self.store = store if store is not None else translation.store
+        self.workers = check_workers(getattr(translation, "workers", 1) if workers is None else workers)
         self.revision = stargan_revision()
         self._runs: dict[int, dict] = {}
 
@@ -124,34 +131,70 @@ class FedStarGANStudy:
                     g_repeat=p["g_repeat"], batch_size=p["batch_size"], eval_points=p["eval_points"],
                     metric=p["metric"], n_fid=p["n_fid"] if p["metric"] == "fid" else None)
 
-    def _evaluate(self):
-        p, b, d = self.plan, self.translation.base, self.translation.domains
-        if p["metric"] == "wd":
-            return lambda gen: sg.gan_wd(gen, d.test_x, d.test_y, b["wd_method"], b["wd_reg"], b["wd_chunk"])
-        from ...data.inception import load_inception
+    def _metric(self) -> dict[str, Any]:
+        """What the evaluation needs besides the held-out digits (:func:`_evaluator`)."""
+        p, b = self.plan, self.translation.base
+        return dict(metric=p["metric"], wd_method=b["wd_method"], wd_reg=b["wd_reg"], wd_chunk=b["wd_chunk"],
+                    inception_weights=p["inception_weights"], n_fid=p["n_fid"])
 
-        extract = load_inception(p["inception_weights"])
-        return lambda gen: fid_of_translations(lambda x, y, s, t: sg.translate_gan(gen, x, s, t), d.test_x,
-                                               d.test_y, extract, p["n_fid"])
+    def _train_kwargs(self, sync_every: int) -> dict[str, Any]:
+        """The arguments of :func:`stargan.train_fedstargan` for the run synchronising every ``sync_every``."""
+        p, cfg = self.plan, self.config(sync_every)
+        return dict(sync_every=int(sync_every), iterations=p["iterations"], batch_size=p["batch_size"],
+                    conv_dim=p["conv_dim"], g_repeat=p["g_repeat"], seed=cfg["seed"], device=cfg["device"],
+                    eval_syncs=sg.eval_points(-(-p["iterations"] // sync_every), p["eval_points"]),
+                    client_batching=p.get("client_batching", "auto"))
+
+    def _record(self, sync_every: int, rec: Mapping[str, Any]) -> dict[str, Any]:
+        self._runs[sync_every] = {**rec, "config": self.config(sync_every), "name": f"FedStarGAN-{sync_every}"}
+        return self._runs[sync_every]
 
     def run(self, sync_every: int) -> dict[str, Any]:
         """One FedStarGAN run, from the store when the same code finished it before (record plus ``config``)."""
         if sync_every not in self._runs:
-            p = self.plan
-            cfg = self.config(sync_every)
-            total = -(-p["iterations"] // sync_every)
-            points = sg.eval_points(total, p["eval_points"])
             d = self.translation.domains
-            rec = self.store.cached(EXPERIMENT, cfg, lambda: sg.train_fedstargan(
-                d.train_x, sync_every=sync_every, iterations=p["iterations"], batch_size=p["batch_size"],
-                conv_dim=p["conv_dim"], g_repeat=p["g_repeat"], seed=cfg["seed"], eval_syncs=points,
-                evaluate=self._evaluate(), device=cfg["device"], client_batching=p.get("client_batching", "auto")),
-                revision=self.revision)
-            self._runs[sync_every] = {**rec, "config": cfg, "name": f"FedStarGAN-{sync_every}"}
+            evaluate = _evaluator(d.test_x, d.test_y, **self._metric())
+            rec = self.store.cached(EXPERIMENT, self.config(sync_every), lambda: sg.train_fedstargan(
+                d.train_x, evaluate=evaluate, **self._train_kwargs(sync_every)), revision=self.revision)
+            self._record(sync_every, rec)
         return self._runs[sync_every]
 
+    def run_all(self) -> int:
+        """With ``workers`` > 1: train the plan's runs that the store does not hold side by side, in worker processes
+        (each loads the clients' images and held-out digits once from a file written here), saving each record as it
+        finishes; :meth:`run` then reads them. Returns the number of runs trained here (0 with one worker, or with
+        fewer than two runs to train: :meth:`run` trains them when asked)."""
+        if self.workers == 1:
+            return 0
+        missing = []
+        for k in self.plan["sync_steps"]:
+            if k in self._runs:
+                continue
+            found = self.store.load(EXPERIMENT, self.config(k), self.revision)
+            if found is not None:
+                self._record(k, found)
+            else:
+                missing.append(k)
+        if len(missing) < 2:
+            return 0
+        d = self.translation.domains
+        with tempfile.TemporaryDirectory(prefix="fda-stargan-") as tmp:
+            path = Path(tmp) / "clients.pt"
+            torch.save(dict(train_x=list(d.train_x), test_x=list(d.test_x), test_y=list(d.test_y),
+                            metric=self._metric()), path)
+            task = WorkerTask(_train_in_worker, _load_gan_data, (str(path),))
+            items = [self._train_kwargs(k) for k in missing]
+            describe = lambda j: f"{EXPERIMENT} run FedStarGAN-{missing[j]}"  # noqa: E731
+            with contextlib.closing(compute_side_by_side(items, self.workers, describe=describe, task=task)) as done:
+                for j, rec in done:
+                    k = missing[j]
+                    self._record(k, self.store.put(EXPERIMENT, self.config(k), rec, self.revision))
+        return len(missing)
+
     def runs(self) -> dict[str, dict[str, Any]]:
-        """Every run of the plan, by name (FedStarGAN-k, as the paper names them)."""
+        """Every run of the plan, by name (FedStarGAN-k, as the paper names them); with ``workers`` > 1 those the
+        store lacks trained side by side first (:meth:`run_all`)."""
+        self.run_all()
         return {f"FedStarGAN-{k}": self.run(k) for k in self.plan["sync_steps"]}
 
     def curves(self) -> dict[str, dict[str, Any]]:
@@ -174,6 +217,37 @@ class FedStarGANStudy:
                 + ("WD as the INB runs (" + b["wd_method"] + ", held-out digits, mean over ordered client pairs and "
                    "classes)" if p["metric"] == "wd" else f"FID (InceptionV3 from {p['inception_weights']}, "
                    f"{p['n_fid']} digits per target domain)") + ".")
+
+
+def _evaluator(test_x: Sequence[torch.Tensor], test_y: Sequence[torch.Tensor], *, metric: str, wd_method: str,
+               wd_reg: float, wd_chunk: int, inception_weights: str, n_fid: int):
+    """``evaluate(G)`` of a run: the INB runs' WD on the held-out digits, or FID with the local InceptionV3."""
+    if metric == "wd":
+        return lambda gen: sg.gan_wd(gen, test_x, test_y, wd_method, wd_reg, wd_chunk)
+    from ...data.inception import load_inception
+
+    extract = load_inception(inception_weights)
+    return lambda gen: fid_of_translations(lambda x, y, s, t: sg.translate_gan(gen, x, s, t), test_x, test_y,
+                                           extract, n_fid)
+
+
+# -- runs in worker processes (FedStarGANStudy.run_all with workers > 1) ---------------------------------------
+#: what a worker trains on, loaded once by :func:`_load_gan_data`
+_GAN_DATA: dict[str, Any] = {}
+
+
+def _load_gan_data(path: str) -> None:
+    """A worker's set-up: the clients' images, the held-out digits and the metric's settings, from the file
+    :meth:`FedStarGANStudy.run_all` wrote."""
+    _GAN_DATA.clear()
+    _GAN_DATA.update(torch.load(path, weights_only=False))
+
+
+def _train_in_worker(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """One run in a worker: :func:`stargan.train_fedstargan` with ``kwargs`` and the study's evaluation."""
+    d = _GAN_DATA
+    evaluate = _evaluator(d["test_x"], d["test_y"], **d["metric"])
+    return sg.train_fedstargan(d["train_x"], evaluate=evaluate, **kwargs)
 
 
 def stargan_table(sg_runs: Mapping[str, Mapping[str, Any]], inb_runs: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
