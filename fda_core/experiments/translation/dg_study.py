@@ -31,8 +31,8 @@ from ...data.autoencoder import ConvAutoencoder
 from ..paper_numbers import paper_table, paper_value
 from ..worker_pool import WorkerTask, check_workers, compute_side_by_side
 from . import dirt
-from .dg_clients import CLIENT_BATCHING
 from . import study as st
+from .dg_clients import CLIENT_BATCHING
 
 __all__ = ["EXPERIMENT", "QUICK", "PAPER_SCALE", "DATASETS", "resolve_plan", "DGStudy", "dg_revision",
            "method_key", "table3", "table3_long", "curves_table", "communication_table", "describe_table3",
