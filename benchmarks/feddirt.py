@@ -34,14 +34,13 @@ import json
 import statistics
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fda_core.common.devices import resolve_device  # noqa: E402
+from fda_core.common.devices import host_synchronisations_per_step, resolve_device  # noqa: E402
 from fda_core.experiments.translation import dirt  # noqa: E402
 
 FORMS = ("loop", "vmap")
@@ -74,25 +73,16 @@ def time_form(form: str, x, y, bank, *, device: torch.device, width: float, iter
 
 
 def syncs_per_iteration(form: str, x, y, bank, *, device: torch.device, width: float, period: int) -> float | None:
-    """On CUDA: the host synchronisations per iteration of ``form``, counted by torch's sync debug mode (one warning
-    per synchronising call) in runs of 20 and 40 iterations, their difference over 20 (so the evaluation at the end
-    and the set-up cancel out). None on the CPU, where nothing synchronises."""
-    if device.type != "cuda":
-        return None
-    counts = {}
+    """On CUDA: the host synchronisations per iteration of ``form``, from runs of 20 and 40 iterations (so the
+    evaluation at the end and the set-up cancel out; :func:`host_synchronisations_per_step`). None on the CPU, where
+    nothing synchronises."""
     method = dirt.get_dg_method("feddirt")
-    for iterations in (20, 40):
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            torch.cuda.set_sync_debug_mode("warn")
-            try:
-                dirt.train_federated(method, x, y, views=bank, period=period, iterations=iterations, batch_size=64,
-                                     width=width, seed=0, tests={"t": (x[0], y)}, device=str(device),
-                                     client_batching=form)
-            finally:
-                torch.cuda.set_sync_debug_mode("default")
-        counts[iterations] = sum("synchroniz" in str(w.message) for w in caught)
-    return (counts[40] - counts[20]) / 20
+
+    def run(iterations: int) -> None:
+        dirt.train_federated(method, x, y, views=bank, period=period, iterations=iterations, batch_size=64,
+                             width=width, seed=0, tests={"t": (x[0], y)}, device=str(device), client_batching=form)
+
+    return host_synchronisations_per_step(run, device, 20, 40)
 
 
 def main(argv: list[str] | None = None) -> dict:

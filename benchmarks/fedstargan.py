@@ -45,14 +45,13 @@ import json
 import statistics
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fda_core.common.devices import resolve_device  # noqa: E402
+from fda_core.common.devices import host_synchronisations_per_step, resolve_device  # noqa: E402
 from fda_core.experiments.translation import dirt  # noqa: E402
 from fda_core.experiments.translation import stargan as sg  # noqa: E402
 from fda_core.experiments.translation.stargan_study import PAPER_SCALE  # noqa: E402
@@ -69,7 +68,8 @@ def data(n: int, seed: int = 0) -> list[torch.Tensor]:
 
 @contextlib.contextmanager
 def form_settings(form: str):
-    """The module settings of ``form`` while the block runs (``per-step``: read after every step, draw per iteration)."""
+    """The module settings of ``form`` while the block runs (``per-step``: read after every step, draw per
+    iteration)."""
     saved = sg.LOSS_FLUSH_EVERY, dirt.INDEX_CHUNK
     if form == "per-step":
         sg.LOSS_FLUSH_EVERY, dirt.INDEX_CHUNK = 1, 1
@@ -99,22 +99,9 @@ def time_form(form: str, x, args: argparse.Namespace, device: torch.device) -> t
 
 
 def syncs_per_iteration(form: str, x, args: argparse.Namespace, device: torch.device) -> float | None:
-    """On CUDA: the host synchronisations per iteration of ``form`` (torch's sync debug mode warns once per
-    synchronising call), from runs of 10 and 20 iterations, their difference over 10 (set-up and end cancel out).
-    None on the CPU, where nothing synchronises."""
-    if device.type != "cuda":
-        return None
-    counts = {}
-    for iterations in (10, 20):
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            torch.cuda.set_sync_debug_mode("warn")
-            try:
-                train(x, form, iterations, args, device)
-            finally:
-                torch.cuda.set_sync_debug_mode("default")
-        counts[iterations] = sum("synchroniz" in str(w.message) for w in caught)
-    return (counts[20] - counts[10]) / 10
+    """On CUDA: the host synchronisations per iteration of ``form``, from runs of 10 and 20 iterations
+    (:func:`host_synchronisations_per_step`). None on the CPU, where nothing synchronises."""
+    return host_synchronisations_per_step(lambda n: train(x, form, n, args, device), device, 10, 20)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -166,7 +153,8 @@ def main(argv: list[str] | None = None) -> dict:
     for f in FORMS:
         sync = "" if syncs[f] is None else f"   host synchronisations per iteration {syncs[f]:.2f}"
         print(f"  {f:8s}: {ms[f]:8.2f} ms per iteration   mean D loss {losses[f]['d']:.6f}{sync}")
-    print(f"  per-step / loop = {out['ratio_per_step_over_loop']:.2f}x, loop / vmap = {out['ratio_loop_over_vmap']:.2f}x, "
+    print(f"  per-step / loop = {out['ratio_per_step_over_loop']:.2f}x, "
+          f"loop / vmap = {out['ratio_loop_over_vmap']:.2f}x, "
           f"per-step / vmap = {out['ratio_per_step_over_vmap']:.2f}x")
     fastest = min(FORMS, key=ms.get)
     print(f"  {runs} iterations (notebook 06's paper-scale FedStarGAN runs) at these sizes: about "

@@ -491,3 +491,22 @@ def test_host_synchronisations_are_not_counted_off_cuda():
     calls = []
     assert host_synchronisations(lambda: calls.append(1), "cpu") is None
     assert calls == []
+
+
+def test_host_synchronisations_per_step_cancel_the_set_up(monkeypatch):
+    """host_synchronisations_per_step: the counts of a short and a long run, their difference per step (a run that
+    synchronises 3 times to set up and twice per step gives 2); None on the CPU without calling the loop; a bad
+    pair of lengths is refused."""
+    from fda_core.common import devices
+
+    ran = []
+    assert devices.host_synchronisations_per_step(ran.append, "cpu", 10, 20) is None and ran == []
+
+    def fake(fn, device):  # as on CUDA: the run is called and its synchronisations counted
+        fn()
+        return 3 + 2 * ran[-1]
+
+    monkeypatch.setattr(devices, "host_synchronisations", fake)
+    assert devices.host_synchronisations_per_step(ran.append, "cuda", 10, 20) == 2 and ran == [10, 20]
+    with pytest.raises(ValueError, match="long must exceed short"):
+        devices.host_synchronisations_per_step(ran.append, "cuda", 20, 20)

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["resolve_device", "host_synchronisations"]
+__all__ = ["resolve_device", "host_synchronisations", "host_synchronisations_per_step"]
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
@@ -49,3 +49,16 @@ def host_synchronisations(fn: Callable[[], Any], device: str | torch.device) -> 
             torch.cuda.set_sync_debug_mode(0)
     # only the warnings of synchronising calls count, not the mode's own "prototype feature" notice
     return sum("called a synchronizing" in str(w.message) for w in caught)
+
+
+def host_synchronisations_per_step(run: Callable[[int], Any], device: str | torch.device, short: int,
+                                   long: int) -> float | None:
+    """The host synchronisations per step of a loop: ``run(steps)`` runs it for ``steps`` steps, counted by
+    :func:`host_synchronisations` for ``short`` and ``long`` steps, their difference over ``long − short`` (so the
+    set-up and the end of a run cancel out). None on a device that is not CUDA (``run`` is not called then)."""
+    if long <= short:
+        raise ValueError(f"long must exceed short, got short={short}, long={long}")
+    counts = [host_synchronisations(lambda n=n: run(n), device) for n in (short, long)]
+    if counts[0] is None:
+        return None
+    return (counts[1] - counts[0]) / (long - short)

@@ -63,8 +63,9 @@ def _draws(streams: Sequence, target_gens: Sequence[torch.Generator], alpha_gens
     loop of earlier versions drew one step at a time."""
     for batches, targets in _index_chunks(streams, target_gens, batch_size, iterations, True, True, device):
         k = batches.shape[0]
-        alphas = torch.stack([torch.stack([torch.rand(batch_size, 1, 1, 1, generator=g) for g in alpha_gens])
-                              for _ in range(k)])
+        # a client's next k draws in one call: the generator fills them in order, as k calls of one step each
+        # (tests/test_stargan.py checks it against the per-step draws)
+        alphas = torch.stack([torch.rand(k, batch_size, 1, 1, 1, generator=g) for g in alpha_gens], dim=1)
         alphas = alphas.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else alphas.to(device)
         yield batches, targets, alphas
 

@@ -143,7 +143,7 @@ class FedStarGANStudy:
         return dict(sync_every=int(sync_every), iterations=p["iterations"], batch_size=p["batch_size"],
                     conv_dim=p["conv_dim"], g_repeat=p["g_repeat"], seed=cfg["seed"], device=cfg["device"],
                     eval_syncs=sg.eval_points(-(-p["iterations"] // sync_every), p["eval_points"]),
-                    client_batching=p.get("client_batching", "auto"))
+                    client_batching=p["client_batching"])
 
     def _record(self, sync_every: int, rec: Mapping[str, Any]) -> dict[str, Any]:
         self._runs[sync_every] = {**rec, "config": self.config(sync_every), "name": f"FedStarGAN-{sync_every}"}
@@ -153,9 +153,9 @@ class FedStarGANStudy:
         """One FedStarGAN run, from the store when the same code finished it before (record plus ``config``)."""
         if sync_every not in self._runs:
             d = self.translation.domains
-            evaluate = _evaluator(d.test_x, d.test_y, **self._metric())
             rec = self.store.cached(EXPERIMENT, self.config(sync_every), lambda: sg.train_fedstargan(
-                d.train_x, evaluate=evaluate, **self._train_kwargs(sync_every)), revision=self.revision)
+                d.train_x, evaluate=_evaluator(d.test_x, d.test_y, **self._metric()), **self._train_kwargs(sync_every)),
+                revision=self.revision)
             self._record(sync_every, rec)
         return self._runs[sync_every]
 
