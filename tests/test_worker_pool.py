@@ -1,7 +1,9 @@
 """Runs side by side in worker processes (fda_core.experiments.worker_pool, ``run_many(..., workers=N)``): the
 same results as one after another, bit for bit at equal thread counts; the store's reuse and resume; a failing
 run named, with the runs in flight kept; pieces defined outside fda_core imported by the workers; pieces no
-worker can import computed here; bad counts refused. Each test that starts workers has a timeout."""
+worker can import computed here; bad counts refused; the store's runs reused, the others computed once and saved,
+an object shared out to the workers (look_up, compute_and_store, store_side_by_side). Each test that starts workers
+has a timeout."""
 
 import json
 import sys
@@ -10,12 +12,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fda_core.common.store import ResultStore
 from fda_core.experiments import federated, worker_pool
 from fda_core.experiments.federated import run_many
 from fda_core.experiments.methods import _REGISTRY as METHODS
 from fda_core.experiments.methods import FedDA
+from worker_tasks import scaled
 
 # A plug-in module, as a user would write one: a tiny 3-environment data set and a method, registered on import.
 # The workers find both only by importing it (worker_pool.worker_modules).
@@ -309,3 +314,105 @@ def test_a_task_a_worker_cannot_import_runs_here_with_a_warning():
         got = list(worker_pool.compute_side_by_side([1, 2, 3], 2, task=task))
     assert got == [(0, 10), (1, 20), (2, 30)] and seen == ["set up"]
     assert worker_pool.WorkerTask(json.dumps).blockers() == []
+
+
+# -- runs a result store may hold: look_up, compute_and_store, store_side_by_side ----------------------------------
+def _runs(keys, revision="r1"):
+    return [worker_pool.StoredRun({"k": k}, k, revision, f"run {k}") for k in keys]
+
+
+def test_look_up_reuses_stored_runs_and_computes_a_repeated_key_once(tmp_path):
+    """Hand-worked case: keys a b a c b, with b stored by this revision and c by another (stale): b is found
+    twice, a and c are computed, the second a is a repeat of the first."""
+    store = ResultStore(tmp_path)
+    store.save("e", {"k": "b"}, {"v": 2}, "r1")
+    store.save("e", {"k": "c"}, {"v": 3}, "r0")
+    runs = _runs(["a", "b", "a", "c", "b"])
+    found, to_compute, repeats = worker_pool.look_up(store, "e", runs)
+    assert found == {1: {"v": 2}, 4: {"v": 2}}
+    assert to_compute == [0, 3] and repeats == {0: [2], 3: []}
+    for nothing_read in (None, ResultStore(tmp_path, recompute=True)):  # every run computed, none merged
+        assert worker_pool.look_up(nothing_read, "e", runs) == ({}, [0, 1, 2, 3, 4], {})
+
+
+@pytest.mark.timeout(300)
+def test_store_side_by_side_shares_an_object_saves_each_run_and_reads_repeats_back(tmp_path):
+    """Two workers each load the shared object once and compute the missing runs; each result is saved and passed
+    on as the store returns it; a repeated key is read back, not computed; a second pass computes nothing; the
+    object is not left loaded here."""
+    ResultStore(tmp_path).save("e", {"k": 4}, {"value": -1}, "r1")  # stored: reused as it is
+    store = ResultStore(tmp_path)
+    runs = _runs([1, 2, 3, 2, 4])
+    seen = {}
+    task = worker_pool.WorkerTask(scaled)
+    n = worker_pool.store_side_by_side(runs, 2, store=store, experiment="e", task=task, shared=lambda: {"factor": 3},
+                                       on_result=lambda i, r, computed: seen.__setitem__(i, (r, computed)))
+    assert n == 3
+    assert seen == {0: ({"value": 3}, True), 1: ({"value": 6}, True), 2: ({"value": 9}, True),
+                    3: ({"value": 6}, False), 4: ({"value": -1}, False)}
+    assert store.counts["e"] == {"reused": 2, "computed": 3, "stale": 0}  # run 4, and run 2 read back for its repeat
+    assert worker_pool._SHARED == {}
+    again, seen = ResultStore(tmp_path), {}
+    assert worker_pool.store_side_by_side(runs, 2, store=again, experiment="e", task=task, shared=lambda: {"factor": 5},
+                                          on_result=lambda i, r, c: seen.__setitem__(i, (r["value"], c))) == 0
+    assert seen == {0: (3, False), 1: (6, False), 2: (9, False), 3: (6, False), 4: (-1, False)}
+
+
+def test_store_side_by_side_leaves_the_runs_to_the_caller_when_it_cannot_share_them(tmp_path):
+    """Nothing is computed (0 returned, only stored runs passed on) with one worker, with fewer missing runs than
+    ``at_least``, or with a shared object whose class a worker cannot import (with a warning naming it); a task with
+    its own set-up cannot take a shared object; shared_object() outside a worker says where it works."""
+    store = ResultStore(tmp_path)
+    store.save("e", {"k": 1}, {"value": 1}, "r1")
+    runs = _runs([1, 2, 3])
+    task = worker_pool.WorkerTask(json.dumps)
+    built = []
+
+    def shared():
+        built.append(1)
+        return {}
+
+    for workers, at_least in ((1, 2), (2, 3)):
+        seen = []
+        assert worker_pool.store_side_by_side(runs, workers, store=store, experiment="e", task=task, shared=shared,
+                                              at_least=at_least, on_result=lambda i, r, c: seen.append((i, c))) == 0
+        assert seen == [(0, False)]
+    assert built == []  # the shared object is only built when runs are computed
+    local = type("LocalData", (), {"__module__": "__main__"})
+    with pytest.warns(RuntimeWarning, match="class LocalData is defined in '__main__'.*computing the 2 run"):
+        assert worker_pool.store_side_by_side(runs, 2, store=store, experiment="e", task=task, shared=local,
+                                              on_result=lambda *a: None) == 0
+    with pytest.raises(ValueError, match="its own set-up"):
+        worker_pool.store_side_by_side(runs, 2, store=store, experiment="e", shared=dict, on_result=lambda *a: None,
+                                       task=worker_pool.WorkerTask(json.dumps, json.loads, ("1",)))
+    with pytest.raises(RuntimeError, match="store_side_by_side"):
+        worker_pool.shared_object()
+
+
+class _DictStore:
+    """A stand-in for ResultStore's lookup: the results of the keys it holds, counted per read."""
+
+    recompute = False
+
+    def __init__(self, held):
+        self.held, self.reads = held, []
+
+    def load(self, experiment, key, revision=None):
+        self.reads.append(key["k"])
+        return self.held.get(key["k"])
+
+
+@given(keys=st.lists(st.integers(0, 5), max_size=12), held=st.sets(st.integers(0, 5)))
+def test_look_up_splits_every_run_into_found_computed_once_or_a_repeat(keys, held):
+    """Any keys, any stored subset: every index is found, computed or a repeat, exactly once; each missing key is
+    computed once, at its first index, its later indices its repeats; the store is read once per stored index and
+    once per missing key."""
+    store = _DictStore({k: {"v": k} for k in held})
+    found, to_compute, repeats = worker_pool.look_up(store, "e", _runs(keys))
+    placed = sorted([*found, *to_compute, *(r for rs in repeats.values() for r in rs)])
+    assert placed == list(range(len(keys)))
+    assert all(keys[i] in held and found[i] == {"v": keys[i]} for i in found)
+    assert [keys[i] for i in to_compute] == list(dict.fromkeys(k for k in keys if k not in held))
+    assert to_compute == [keys.index(keys[i]) for i in to_compute] and sorted(repeats) == to_compute
+    assert all(keys[r] == keys[i] and r > i for i, rs in repeats.items() for r in rs)
+    assert sorted(store.reads) == sorted([k for k in keys if k in held] + [keys[i] for i in to_compute])

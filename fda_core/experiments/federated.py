@@ -24,7 +24,6 @@ rate defaults to 1/5 of the sources' (auto-weighted paper App. C.2).
 
 from __future__ import annotations
 
-import contextlib
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -683,8 +682,8 @@ def run_many(configs: Iterable[Mapping[str, Any]], *, store: Any = None, experim
     whatever ``workers`` on a GPU, and on a CPU at equal thread counts. Configs that repeat a run of the list
     (same store key) are computed once when there is a store, and read back from it, as one after another.
     """
-    from ..common.store import ResultStore, config_hash
-    from .worker_pool import check_workers, compute_side_by_side
+    from ..common.store import ResultStore
+    from .worker_pool import StoredRun, check_workers, compute_and_store, look_up
 
     workers = check_workers(workers)
     configs = [dict(cfg) for cfg in configs]
@@ -694,33 +693,20 @@ def run_many(configs: Iterable[Mapping[str, Any]], *, store: Any = None, experim
     resolved = [make_config(**cfg) for cfg in configs]  # validate everything before the first run
     if store is not None and not isinstance(store, ResultStore):
         store = ResultStore(store)
-    keys = [store_key(c) for c in resolved]
     revisions = ({rule: code_revision_of(rule) for rule in dict.fromkeys(c["rule"] for c in resolved)}
                  if store is not None else {})
-    results: list[dict[str, Any] | None] = [None] * len(resolved)
-    to_compute: list[int] = []  # indices of the runs to compute
-    repeats: dict[int, list[int]] = {}  # index computed -> later indices of the same run (read back from the store)
-    first_of: dict[str, int] = {}
-    for i, (c, key) in enumerate(zip(resolved, keys)):
-        if store is None or store.recompute:  # recompute: every run computed, as one after another
-            to_compute.append(i)
-            continue
-        h = config_hash(key)
-        if h in first_of:
-            repeats[first_of[h]].append(i)
-            continue
-        found = store.load(experiment, key, revisions[c["rule"]])
-        if found is not None:
-            results[i] = found
-            continue
-        first_of[h] = i
-        repeats[i] = []
-        to_compute.append(i)
+    runs = [StoredRun(key=store_key(c), item=c, revision=revisions.get(c["rule"]),
+                      label=f"run {i + 1} of {len(resolved)} of {experiment!r} (rule {c['rule']!r}, dataset "
+                            f"{c['dataset']!r}, target {c['target']!r}, seed {c['seed']})")
+            for i, c in enumerate(resolved)]
+    # stored runs are reused; a config repeating one to compute is computed once and read back from the store
+    found, to_compute, repeats = look_up(store, experiment, runs)
+    results: list[dict[str, Any] | None] = [found.get(i) for i in range(len(runs))]
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(resolved), desc=experiment, initial=sum(r is not None for r in results))
+        bar = tqdm(total=len(resolved), desc=experiment, initial=len(found))
     out: list[dict[str, Any]] = []
 
     def emit_ready() -> None:  # the finished prefix, in order
@@ -730,24 +716,15 @@ def run_many(configs: Iterable[Mapping[str, Any]], *, store: Any = None, experim
             if on_result:
                 on_result(res)
 
-    def describe(j: int) -> str:
-        c = resolved[to_compute[j]]
-        return (f"run {to_compute[j] + 1} of {len(resolved)} of {experiment!r} (rule {c['rule']!r}, dataset "
-                f"{c['dataset']!r}, target {c['target']!r}, seed {c['seed']})")
+    def finished(i: int, res: dict[str, Any]) -> None:  # saved, and as a later load returns it
+        results[i] = res
+        if bar is not None:
+            bar.update(1)
+        emit_ready()
 
     emit_ready()
-    # closing(): whatever stops this loop (an error here, an interrupt) ends the workers at once
-    with contextlib.closing(compute_side_by_side([resolved[i] for i in to_compute], workers, describe=describe)) as done:
-        for j, res in done:
-            i = to_compute[j]
-            if store is not None:  # saved, and returned as a later load returns it (as ResultStore.cached does)
-                res = store.put(experiment, keys[i], res, revisions[resolved[i]["rule"]])
-                for r in repeats.get(i, ()):
-                    results[r] = store.load(experiment, keys[r], revisions[resolved[r]["rule"]])
-            results[i] = res
-            if bar is not None:
-                bar.update(1 + len(repeats.get(i, ())))
-            emit_ready()
+    compute_and_store(runs, to_compute, workers, store=store, experiment=experiment, on_result=finished,
+                      repeats=repeats)
     if bar is not None:
         bar.close()
     return out

@@ -17,13 +17,8 @@ that run on the target).
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
 import math
-import tempfile
-import warnings
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -486,24 +481,13 @@ def source_sweep(method: str, option: str, values: Any, base: dict[str, Any], *,
 
 
 # -- the sweep's runs side by side (source_sweep_report(workers=N)) ---------------------------------------------
-#: a worker's data set, built once by :func:`_load_sweep_dataset`
-_SWEEP_DATASET: dict[str, Any] = {}
-
-
-def _load_sweep_dataset(path: str) -> None:
-    """A worker's set-up: the sweep's data set, from the file :func:`compute_sweep_runs` wrote (the caller's own
-    object, so a data set given as an object rather than by name is the one the workers use)."""
-    import torch
-
-    _SWEEP_DATASET["ds"] = torch.load(path, weights_only=False)  # written by this process's caller, moments ago
-
-
 def _run_held_out(item: tuple[int, dict[str, Any]]) -> dict[str, Any]:
     """One sweep run in a worker: (index of the held-out domain, resolved config)."""
     from .federated import run_experiment
+    from .worker_pool import shared_object
 
-    drop, config = item
-    return run_experiment(_dataset=_WithoutEnv(_SWEEP_DATASET["ds"], drop), **config)
+    drop, config = item  # the data set: the caller's own object, shared out by compute_sweep_runs
+    return run_experiment(_dataset=_WithoutEnv(shared_object(), drop), **config)
 
 
 def compute_sweep_runs(calls: Sequence[dict[str, Any]], base: dict[str, Any], *, store: Any, experiment: str,
@@ -517,57 +501,29 @@ def compute_sweep_runs(calls: Sequence[dict[str, Any]], base: dict[str, Any], *,
     On a CPU the results are those of one run after another bit for bit at equal thread counts."""
     from ..common.store import ResultStore, config_hash
     from .federated import code_revision_of
-    from .worker_pool import WorkerTask, check_workers, compute_side_by_side
+    from .worker_pool import StoredRun, WorkerTask, check_workers, store_side_by_side
 
     workers = check_workers(workers)
     if store is not None and not isinstance(store, ResultStore):
         store = ResultStore(store)
-    out: dict[str, dict[str, Any]] = {}
-    missing: list[tuple[int, dict[str, Any], dict[str, Any], str | None]] = []
-    queued: set[str] = set()
+    runs: dict[str, StoredRun] = {}  # by the hash of the run's store key: a run several calls share, once
     for call in calls:
         _, drop, held_name, configs = _sweep_configs(call["method"], call["option"], call["values"], base,
                                                      call["held_out"], call["pseudo_target"], call.get("seeds", (0,)),
                                                      dataset)
         for _, _, c in configs:
             key = _sweep_key(c, held_name)
-            h = config_hash(key)
-            if h in out or h in queued:
-                continue
-            revision = code_revision_of(c["rule"]) if store is not None else None
-            found = store.load(experiment, key, revision) if store is not None else None
-            if found is not None:
-                out[h] = found
-            else:
-                queued.add(h)
-                missing.append((drop, c, key, revision))
-    if not missing:
-        return out
-    ds = dataset if dataset is not None else _dataset_of(base)
-    where = type(ds).__module__
-    side_by_side = workers > 1 and len(missing) > 1
-    if side_by_side and (where == "__main__" or importlib.util.find_spec(where) is None):
-        warnings.warn(f"workers={workers}: the data set's class {type(ds).__qualname__} is defined in {where!r}, which "
-                      f"a worker process cannot import; computing the {len(missing)} run(s) in this process, one after "
-                      "another", RuntimeWarning, stacklevel=2)
-        side_by_side = False
-    if not side_by_side:  # nothing to share out: source_sweep computes these as it would without ``computed``
-        return out
-
-    def describe(j: int) -> str:
-        drop, c, key, _ = missing[j]
-        return (f"sweep run {j + 1} of {len(missing)} of {experiment!r} (rule {c['rule']!r}, options "
-                f"{c['method_options']}, held out {key['held_out']!r}, target {c['target']!r}, seed {c['seed']})")
-
-    with tempfile.TemporaryDirectory(prefix="fda-sweep-") as tmp:
-        path = Path(tmp) / "dataset.pt"
-        torch.save(ds, path)  # the caller's own object: a data set given as an object is the one the workers use
-        task = WorkerTask(_run_held_out, _load_sweep_dataset, (str(path),))
-        items = [(drop, c) for drop, c, _, _ in missing]
-        with contextlib.closing(compute_side_by_side(items, workers, describe=describe, task=task)) as done:
-            for j, result in done:
-                _, _, key, revision = missing[j]
-                out[config_hash(key)] = store.put(experiment, key, result, revision) if store is not None else result
+            runs.setdefault(config_hash(key), StoredRun(
+                key, (drop, c), code_revision_of(c["rule"]) if store is not None else None,
+                f"sweep run of {experiment!r} (rule {c['rule']!r}, options {c['method_options']}, held out "
+                f"{held_name!r}, target {c['target']!r}, seed {c['seed']})"))
+    hashes = list(runs)
+    out: dict[str, dict[str, Any]] = {}
+    # the workers load the caller's own data set object once (one given as an object rather than by name is the one
+    # they use); a data set whose class they cannot import leaves its runs to source_sweep, with a warning
+    store_side_by_side(list(runs.values()), workers, store=store, experiment=experiment, task=WorkerTask(_run_held_out),
+                       on_result=lambda i, result, _: out.__setitem__(hashes[i], result),
+                       shared=lambda: dataset if dataset is not None else _dataset_of(base))
     return out
 
 

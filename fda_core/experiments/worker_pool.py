@@ -20,6 +20,12 @@ and models, and imports the modules that registered the others the configs name.
 defined in ``__main__`` (a notebook cell, a script) cannot be imported there: such a sweep runs in this process,
 one run after another, with a warning saying why.
 
+Runs a result store may hold (:class:`StoredRun`): :func:`look_up` finds those the store holds (a run whose key
+repeats an earlier one's is looked up and computed once), :func:`compute_and_store` computes the others side by side
+and saves each as it arrives, and :func:`store_side_by_side` does both for a study, optionally writing an object
+every worker needs (the clients' data, a data set) to a temporary file that each worker loads once
+(:func:`shared_object`). ``run_many``, the notebook 04 source-data sweep and notebooks 06 and 08's studies use them.
+
 Threads: each worker runs torch on ``max(1, threads // workers)`` CPU threads, where ``threads`` is this
 process's :func:`torch.get_num_threads`. On a CPU the thread count can change a result's last digits (the order
 of a parallel sum), so a run computed by a worker equals the one computed here bit for bit when both use the same
@@ -30,19 +36,23 @@ from __future__ import annotations
 
 import builtins
 import concurrent.futures
+import contextlib
 import functools
 import importlib
 import importlib.util
 import multiprocessing
 import os
+import tempfile
 import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-__all__ = ["check_workers", "worker_modules", "worker_threads", "compute_side_by_side", "WorkerTask"]
+__all__ = ["check_workers", "worker_modules", "worker_threads", "compute_side_by_side", "WorkerTask", "StoredRun",
+           "look_up", "compute_and_store", "store_side_by_side", "shared_object"]
 
 
 def check_workers(workers: Any) -> int:
@@ -235,3 +245,134 @@ def compute_side_by_side(configs: Sequence[Any], workers: int, *,
     pool.shutdown(wait=True)
     if failure is not None:
         raise failure
+
+
+# -- runs a result store may hold ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StoredRun:
+    """One run that a result store (:class:`fda_core.common.store.ResultStore`) may hold: its store ``key`` (a config
+    mapping), the code ``revision`` a stored result must carry to be reused (None: any), the ``item`` a worker
+    computes it from (``task.function(item)``, or ``run_experiment(**item)`` without a task) and the ``label``
+    that names it in errors and in warnings raised again from a worker."""
+
+    key: Mapping[str, Any]
+    item: Any
+    revision: str | None = None
+    label: str = "a run"
+
+
+def look_up(store: Any, experiment: str, runs: Sequence[StoredRun]) -> tuple[dict[int, Any], list[int],
+                                                                              dict[int, list[int]]]:
+    """Which of ``runs`` the ``store`` holds, under ``experiment``, stored by their revision.
+
+    Returns ``(found, to_compute, repeats)``: ``found`` maps the index of each stored run to its result; ``to_compute``
+    lists, in order, the indices of the runs to compute; ``repeats`` maps each of those to the later indices whose
+    key is the same (computed once, then read back: :func:`compute_and_store`). With no store, or one opened with
+    ``recompute=True``, every run is computed and none is a repeat (a store that ignores what it holds cannot read a
+    repeat back)."""
+    from ..common.store import config_hash
+
+    found: dict[int, Any] = {}
+    to_compute: list[int] = []
+    repeats: dict[int, list[int]] = {}
+    first_of: dict[str, int] = {}  # hash of a key -> the index that computes it
+    for i, run in enumerate(runs):
+        if store is None or store.recompute:
+            to_compute.append(i)
+            continue
+        h = config_hash(run.key)
+        if h in first_of:
+            repeats[first_of[h]].append(i)
+            continue
+        result = store.load(experiment, run.key, run.revision)
+        if result is not None:
+            found[i] = result
+            continue
+        first_of[h] = i
+        repeats[i] = []
+        to_compute.append(i)
+    return found, to_compute, repeats
+
+
+def compute_and_store(runs: Sequence[StoredRun], indices: Sequence[int], workers: int, *, store: Any,
+                      experiment: str, on_result: Callable[[int, Any], None], task: WorkerTask | None = None,
+                      repeats: Mapping[int, Sequence[int]] | None = None) -> None:
+    """Compute ``runs[i]`` for every i of ``indices``, up to ``workers`` at a time (:func:`compute_side_by_side`,
+    each run named by its label), save each result to ``store`` as it arrives, and call ``on_result(i, result)``
+    with the result as a later load returns it (:meth:`~fda_core.common.store.ResultStore.put`; the result itself
+    without a store), in the order the runs finish. After run i, ``on_result(r, …)`` for each r of
+    ``repeats[i]`` with the result read back from the store. A run that raises, an error in ``on_result`` or an
+    interrupt ends the workers as :func:`compute_side_by_side` says; what finished before is saved."""
+    indices = list(indices)
+    repeats = repeats or {}
+    items = [runs[i].item for i in indices]
+    with contextlib.closing(compute_side_by_side(items, workers, describe=lambda j: runs[indices[j]].label,
+                                                 task=task)) as done:
+        for j, result in done:
+            i = indices[j]
+            run = runs[i]
+            on_result(i, store.put(experiment, run.key, result, run.revision) if store is not None else result)
+            for r in repeats.get(i, ()):
+                on_result(r, store.load(experiment, runs[r].key, runs[r].revision))
+
+
+#: the object :func:`store_side_by_side` gave its workers, loaded once by :func:`_load_shared`
+_SHARED: dict[str, Any] = {}
+
+
+def _load_shared(path: str) -> None:
+    """A worker's set-up: the object :func:`store_side_by_side` wrote to ``path`` (this process's caller wrote it
+    moments ago, so it is loaded whole, classes included)."""
+    import torch
+
+    _SHARED.clear()
+    _SHARED["object"] = torch.load(path, weights_only=False)
+
+
+def shared_object() -> Any:
+    """In a task's function: the object :func:`store_side_by_side`'s ``shared`` returned, as this worker loaded it."""
+    if "object" not in _SHARED:
+        raise RuntimeError("shared_object() is only available in a task started by store_side_by_side(shared=...)")
+    return _SHARED["object"]
+
+
+def store_side_by_side(runs: Sequence[StoredRun], workers: int, *, store: Any, experiment: str, task: WorkerTask,
+                       on_result: Callable[[int, Any, bool], None], shared: Callable[[], Any] | None = None,
+                       at_least: int = 2) -> int:
+    """A study's runs: ``on_result(i, result, False)`` for each of ``runs`` the ``store`` holds (:func:`look_up`),
+    then, when at least ``at_least`` runs are missing and ``workers`` > 1, ``on_result(i, result, True)`` for each
+    missing run, computed ``workers`` at a time in spawned processes and saved as it finishes
+    (:func:`compute_and_store`; a run repeating another's key is read back, ``computed`` False). Returns the number
+    of runs computed: 0 when too few were missing, and the caller then computes them as it would one after another.
+
+    ``shared()``: an object every worker needs (the clients' data, a data set), built only when runs are computed,
+    written to a temporary file and loaded once by each worker, where ``task.function`` reads it with
+    :func:`shared_object` (the task then has no set-up of its own). An object whose class a worker cannot import
+    (defined in ``__main__``) is not shared out: a RuntimeWarning says so and nothing is computed here."""
+    workers = check_workers(workers)
+    if shared is not None and task.setup is not None:
+        raise ValueError("store_side_by_side: a task with its own set-up cannot also be given a shared object")
+    found, to_compute, repeats = look_up(store, experiment, runs)
+    for i, result in found.items():
+        on_result(i, result, False)
+    if workers == 1 or len(to_compute) < max(1, at_least):
+        return 0
+    with contextlib.ExitStack() as stack:
+        if shared is not None:
+            obj = shared()
+            module = _defining_module(type(obj))
+            if module in (None, "__main__") or importlib.util.find_spec(module) is None:
+                warnings.warn(f"workers={workers}: the shared object's class {type(obj).__qualname__} is defined in "
+                              f"{module!r}, which a worker process cannot import; computing the {len(to_compute)} "
+                              "run(s) in this process, one after another", RuntimeWarning, stacklevel=2)
+                return 0
+            path = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"fda-{experiment}-"))) / "shared.pt"
+            import torch
+
+            torch.save(obj, path)
+            task = WorkerTask(task.function, _load_shared, (str(path),))
+            stack.callback(_SHARED.clear)  # set here too when the runs are computed in this process
+        computing = set(to_compute)
+        compute_and_store(runs, to_compute, workers, store=store, experiment=experiment, task=task, repeats=repeats,
+                          on_result=lambda i, result: on_result(i, result, i in computing))
+    return len(to_compute)

@@ -13,10 +13,7 @@ the code revision of stored runs unchanged.
 
 from __future__ import annotations
 
-import contextlib
-import tempfile
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,7 +26,7 @@ from ...common.provenance import code_revision
 from ...common.store import ResultStore, config_hash
 from ...data.autoencoder import ConvAutoencoder
 from ..paper_numbers import paper_table, paper_value
-from ..worker_pool import WorkerTask, check_workers, compute_side_by_side
+from ..worker_pool import StoredRun, WorkerTask, check_workers, shared_object, store_side_by_side
 from . import dirt
 from . import study as st
 from .dg_clients import CLIENT_BATCHING
@@ -297,39 +294,28 @@ class DGStudy:
     def _train_side_by_side(self, plan: Sequence[tuple], workers: int, progress: bool) -> set[str]:
         """Train the runs of ``plan`` the store does not hold in ``workers`` processes, saving each as it finishes;
         returns the store keys of the runs it printed a progress line for."""
-        missing, seen = [], set()
+        todo = {}  # store key's hash -> (method, period, run, config), each run once
         for method, period, r in plan:
             cfg = self.config(method, period, r)
-            key = config_hash(cfg)
-            if key in self._runs or key in seen:
-                continue
-            found = self.store.load(EXPERIMENT, cfg, self.revision)
-            if found is not None:
-                self._runs[key] = {**found, "config": cfg}
-                continue
-            seen.add(key)
-            missing.append((method, period, r, cfg, key))
+            todo.setdefault(config_hash(cfg), (method, period, r, cfg))
+        todo = [run for key, run in todo.items() if key not in self._runs]
         shown: set[str] = set()
-        if len(missing) < 2:  # nothing to share out: run_all trains it here
-            return shown
-        with tempfile.TemporaryDirectory(prefix="fda-dg-") as tmp:
-            path = Path(tmp) / "clients.pt"
-            torch.save(dict(x=self.data.x, y=self.data.y, views={"translated": self.bank, "shared": self.shared},
-                            tests=self.tests(), kwargs=self._train_kwargs()), path)
-            task = WorkerTask(_train_in_worker, _load_clients, (str(path),))
-            items = [(method, period, r, cfg["iterations"]) for method, period, r, cfg, _ in missing]
 
-            def describe(j: int) -> str:
-                method, period, r, *_ = missing[j]
-                return f"run {r} of {method.display_label} at period {period} ({EXPERIMENT!r})"
+        def record(i: int, result: dict[str, Any], computed: bool) -> None:
+            method, period, r, cfg = todo[i]
+            key = config_hash(cfg)
+            self._runs[key] = {**result, "config": cfg}
+            if computed and progress:
+                print(self._progress_line(self._runs[key], period, r), flush=True)
+                shown.add(key)
 
-            with contextlib.closing(compute_side_by_side(items, workers, describe=describe, task=task)) as done:
-                for j, result in done:
-                    method, period, r, cfg, key = missing[j]
-                    self._runs[key] = {**self.store.put(EXPERIMENT, cfg, result, self.revision), "config": cfg}
-                    if progress:
-                        print(self._progress_line(self._runs[key], period, r), flush=True)
-                        shown.add(key)
+        runs = [StoredRun(cfg, (method, period, r, cfg["iterations"]), self.revision,
+                          f"run {r} of {method.display_label} at period {period} ({EXPERIMENT!r})")
+                for method, period, r, cfg in todo]
+        store_side_by_side(runs, workers, store=self.store, experiment=EXPERIMENT, task=WorkerTask(_train_in_worker),
+                           on_result=record, shared=lambda: dict(
+                               x=self.data.x, y=self.data.y, views={"translated": self.bank, "shared": self.shared},
+                               tests=self.tests(), kwargs=self._train_kwargs()))
         return shown
 
     # -- notes ---------------------------------------------------------------------------------------------
@@ -357,21 +343,10 @@ class DGStudy:
 
 
 # -- runs in worker processes (DGStudy.run_all with workers > 1) -------------------------------------------
-#: what a worker process trains on, loaded once by :func:`_load_clients`
-_CLIENTS: dict[str, Any] = {}
-
-
-def _load_clients(path: str) -> None:
-    """A worker's set-up: the clients' data, the precomputed images, the test sets and the shared training
-    arguments, from the file :meth:`DGStudy._train_side_by_side` wrote."""
-    _CLIENTS.clear()
-    _CLIENTS.update(torch.load(path))
-
-
 def _train_in_worker(item: tuple) -> dict[str, Any]:
     """One run, (method, period, run, iterations), as :meth:`DGStudy.run` trains it."""
     method, period, run, iterations = item
-    c = _CLIENTS
+    c = shared_object()  # the clients' data, images, test sets and arguments DGStudy._train_side_by_side shared
     return dirt.train_federated(method, c["x"], c["y"], views=c["views"].get(type(method).view),
                                 period=period, iterations=iterations, run=run, tests=c["tests"], **c["kwargs"])
 

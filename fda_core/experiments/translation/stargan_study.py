@@ -11,10 +11,7 @@ on the same held-out digits. Not imported by ``stargan``, so editing it leaves s
 
 from __future__ import annotations
 
-import contextlib
-import tempfile
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,7 +22,7 @@ from ...common.checks import check_choice, check_int
 from ...common.provenance import code_revision
 from ...common.store import ResultStore
 from ..paper_numbers import paper_value
-from ..worker_pool import WorkerTask, check_workers, compute_side_by_side
+from ..worker_pool import StoredRun, WorkerTask, check_workers, shared_object, store_side_by_side
 from . import stargan as sg
 from .dg_clients import CLIENT_BATCHING
 
@@ -166,30 +163,15 @@ class FedStarGANStudy:
         fewer than two runs to train: :meth:`run` trains them when asked)."""
         if self.workers == 1:
             return 0
-        missing = []
-        for k in self.plan["sync_steps"]:
-            if k in self._runs:
-                continue
-            found = self.store.load(EXPERIMENT, self.config(k), self.revision)
-            if found is not None:
-                self._record(k, found)
-            else:
-                missing.append(k)
-        if len(missing) < 2:
-            return 0
+        steps = [k for k in self.plan["sync_steps"] if k not in self._runs]
+        runs = [StoredRun(self.config(k), self._train_kwargs(k), self.revision, f"{EXPERIMENT} run FedStarGAN-{k}")
+                for k in steps]
         d = self.translation.domains
-        with tempfile.TemporaryDirectory(prefix="fda-stargan-") as tmp:
-            path = Path(tmp) / "clients.pt"
-            torch.save(dict(train_x=list(d.train_x), test_x=list(d.test_x), test_y=list(d.test_y),
-                            metric=self._metric()), path)
-            task = WorkerTask(_train_in_worker, _load_gan_data, (str(path),))
-            items = [self._train_kwargs(k) for k in missing]
-            describe = lambda j: f"{EXPERIMENT} run FedStarGAN-{missing[j]}"  # noqa: E731
-            with contextlib.closing(compute_side_by_side(items, self.workers, describe=describe, task=task)) as done:
-                for j, rec in done:
-                    k = missing[j]
-                    self._record(k, self.store.put(EXPERIMENT, self.config(k), rec, self.revision))
-        return len(missing)
+        return store_side_by_side(
+            runs, self.workers, store=self.store, experiment=EXPERIMENT, task=WorkerTask(_train_in_worker),
+            on_result=lambda i, rec, _: self._record(steps[i], rec),
+            shared=lambda: dict(train_x=list(d.train_x), test_x=list(d.test_x), test_y=list(d.test_y),
+                                metric=self._metric()))
 
     def runs(self) -> dict[str, dict[str, Any]]:
         """Every run of the plan, by name (FedStarGAN-k, as the paper names them); with ``workers`` > 1 those the
@@ -232,20 +214,10 @@ def _evaluator(test_x: Sequence[torch.Tensor], test_y: Sequence[torch.Tensor], *
 
 
 # -- runs in worker processes (FedStarGANStudy.run_all with workers > 1) ---------------------------------------
-#: what a worker trains on, loaded once by :func:`_load_gan_data`
-_GAN_DATA: dict[str, Any] = {}
-
-
-def _load_gan_data(path: str) -> None:
-    """A worker's set-up: the clients' images, the held-out digits and the metric's settings, from the file
-    :meth:`FedStarGANStudy.run_all` wrote."""
-    _GAN_DATA.clear()
-    _GAN_DATA.update(torch.load(path, weights_only=False))
-
-
 def _train_in_worker(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """One run in a worker: :func:`stargan.train_fedstargan` with ``kwargs`` and the study's evaluation."""
-    d = _GAN_DATA
+    """One run in a worker: :func:`stargan.train_fedstargan` with ``kwargs`` and the study's evaluation, on the
+    clients' images and held-out digits :meth:`FedStarGANStudy.run_all` shared out."""
+    d = shared_object()
     evaluate = _evaluator(d["test_x"], d["test_y"], **d["metric"])
     return sg.train_fedstargan(d["train_x"], evaluate=evaluate, **kwargs)
 

@@ -11,7 +11,6 @@ writes a CSV note from those configs, so no note is typed by hand.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from ...common.devices import resolve_device
 from ...common.provenance import code_revision
 from ...common.store import ResultStore, config_hash
 from ..paper_numbers import INB_PAPER, paper_value
-from ..worker_pool import WorkerTask, check_workers, compute_side_by_side
+from ..worker_pool import StoredRun, WorkerTask, check_workers, store_side_by_side
 from . import experiments as ex
 from .inb import VARIANTS
 from .translators import load_translator, save_translator, translator_path
@@ -461,30 +460,19 @@ class TranslationStudy:
         if self.autoencoders is None:
             self.prepare()
         p = self.plan
-        missing = []
-        for cfg in self.notebook_configs():
-            key = config_hash(cfg)
-            if key in self._runs:
-                continue
-            found = self.store.load(EXPERIMENT, cfg, self.revision)
-            if found is not None:
-                self._runs[key] = {**found, "config": cfg}
-            else:
-                missing.append(cfg)
-        if not missing:
-            return 0
+        configs = [cfg for cfg in self.notebook_configs() if config_hash(cfg) not in self._runs]
+
+        def record(i: int, result: dict[str, Any], computed: bool) -> None:
+            cfg = configs[i]
+            self._runs[config_hash(cfg)] = {**result, "config": cfg}
+            if computed and progress:
+                print(f"  fitted {run_label({'name': result['name'], 'config': cfg})}", flush=True)
+
         setup = (p["angles"], p["n_train_per_class"], p["n_test_per_class"], p["data_root"], p["seed"],
                  self.base["ae"], self.base["device"], str(self.ae_cache), self.store.root, self.revision)
-        describe = lambda j: f"{EXPERIMENT} run {_describe_run(missing[j])}"  # noqa: E731
-        task = WorkerTask(_fit_in_worker, _load_translation_data, setup)
-        with contextlib.closing(compute_side_by_side(missing, self.workers, describe=describe, task=task)) as done:
-            for j, result in done:
-                cfg = missing[j]
-                self._runs[config_hash(cfg)] = {**self.store.put(EXPERIMENT, cfg, result, self.revision),
-                                                "config": cfg}
-                if progress:
-                    print(f"  fitted {run_label({'name': result['name'], 'config': cfg})}", flush=True)
-        return len(missing)
+        runs = [StoredRun(cfg, cfg, self.revision, f"{EXPERIMENT} run {_describe_run(cfg)}") for cfg in configs]
+        return store_side_by_side(runs, self.workers, store=self.store, experiment=EXPERIMENT, on_result=record,
+                                  task=WorkerTask(_fit_in_worker, _load_translation_data, setup), at_least=1)
 
     # -- notes -----------------------------------------------------------------------------------------------
     def setting_note(self, records: Mapping[str, Mapping[str, Any]] | None = None) -> str:
