@@ -361,7 +361,8 @@ def test_store_side_by_side_shares_an_object_saves_each_run_and_reads_repeats_ba
 def test_store_side_by_side_leaves_the_runs_to_the_caller_when_it_cannot_share_them(tmp_path):
     """Nothing is computed (0 returned, only stored runs passed on) with one worker, with fewer missing runs than
     ``at_least``, or with a shared object whose class a worker cannot import (with a warning naming it); a task with
-    its own set-up cannot take a shared object; shared_object() outside a worker says where it works."""
+    its own set-up cannot take a shared object; shared_object() outside a worker says where it works; a bad
+    ``at_least`` is refused before the store is read."""
     store = ResultStore(tmp_path)
     store.save("e", {"k": 1}, {"value": 1}, "r1")
     runs = _runs([1, 2, 3])
@@ -387,6 +388,12 @@ def test_store_side_by_side_leaves_the_runs_to_the_caller_when_it_cannot_share_t
                                        task=worker_pool.WorkerTask(json.dumps, json.loads, ("1",)))
     with pytest.raises(RuntimeError, match="store_side_by_side"):
         worker_pool.shared_object()
+    read = json.dumps(store.counts)
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="at_least must be an integer ≥ 1"):
+            worker_pool.store_side_by_side(runs, 2, store=store, experiment="e", task=task, at_least=bad,
+                                           on_result=lambda *a: None)
+    assert json.dumps(store.counts) == read
 
 
 class _DictStore:

@@ -350,12 +350,15 @@ def store_side_by_side(runs: Sequence[StoredRun], workers: int, *, store: Any, e
     :func:`shared_object` (the task then has no set-up of its own). An object whose class a worker cannot import
     (defined in ``__main__``) is not shared out: a RuntimeWarning says so and nothing is computed here."""
     workers = check_workers(workers)
+    if isinstance(at_least, bool) or not isinstance(at_least, int) or at_least < 1:
+        raise ValueError(f"at_least must be an integer ≥ 1 (missing runs that make workers worth starting), got "
+                         f"{at_least!r}")
     if shared is not None and task.setup is not None:
         raise ValueError("store_side_by_side: a task with its own set-up cannot also be given a shared object")
     found, to_compute, repeats = look_up(store, experiment, runs)
     for i, result in found.items():
         on_result(i, result, False)
-    if workers == 1 or len(to_compute) < max(1, at_least):
+    if workers == 1 or len(to_compute) < at_least:
         return 0
     with contextlib.ExitStack() as stack:
         if shared is not None:
