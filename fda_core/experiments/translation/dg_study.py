@@ -294,11 +294,11 @@ class DGStudy:
     def _train_side_by_side(self, plan: Sequence[tuple], workers: int, progress: bool) -> set[str]:
         """Train the runs of ``plan`` the store does not hold in ``workers`` processes, saving each as it finishes;
         returns the store keys of the runs it printed a progress line for."""
-        todo = {}  # store key's hash -> (method, period, run, config), each run once
+        unique: dict[str, tuple] = {}  # store key's hash -> (method, period, run, config), each run once
         for method, period, r in plan:
             cfg = self.config(method, period, r)
-            todo.setdefault(config_hash(cfg), (method, period, r, cfg))
-        todo = [run for key, run in todo.items() if key not in self._runs]
+            unique.setdefault(config_hash(cfg), (method, period, r, cfg))
+        todo = [run for key, run in unique.items() if key not in self._runs]
         shown: set[str] = set()
 
         def record(i: int, result: dict[str, Any], computed: bool) -> None:
