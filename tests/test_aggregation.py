@@ -576,11 +576,11 @@ def test_per_source_arguments_cost_one_device_read_each():
     S, t = torch.randn(3, 50, dtype=torch.float64), torch.randn(50, dtype=torch.float64)
     beta, weights = [0.2, 0.5, 0.9], [1.0, 2.0, 3.0]
     counts, results = {}, {}
-    for given, args in (("python", (beta, weights)),
+    for form, args in (("python", (beta, weights)),
                         ("tensors", tuple(torch.tensor(v, dtype=torch.float64) for v in (beta, weights)))):
         with Reads() as reads:
-            results[given] = fedgp(S, t, *args)
-        counts[given] = reads.count
+            results[form] = fedgp(S, t, *args)
+        counts[form] = reads.count
     assert torch.equal(results["python"], results["tensors"])
     assert counts["tensors"] - counts["python"] == 2, counts
     # a failing check still names what failed, in the order finite, bounds, positive sum

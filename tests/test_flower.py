@@ -20,7 +20,7 @@ import torch
 
 pytest.importorskip("flwr", reason="the optional extra 'flower' is not installed: pip install -e '.[flower]'")
 
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, MessageType, RecordDict  # noqa: E402
+from flwr.app import Array, ArrayRecord, Context, Error, Message, MessageType, RecordDict  # noqa: E402
 from flwr.serverapp import Grid  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 

@@ -7,7 +7,6 @@ functions. Third-party libraries are restricted per layer too: maths never draws
 below the workbook drives notebooks.
 """
 
-import ast
 import sys
 from pathlib import Path
 

@@ -312,7 +312,7 @@ class FDAStrategy(Strategy):
                         ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Check every reply, build the round's :class:`RoundResults` from the good ones and let the method
         update θ (``docs/flower.md`` § Robustness)."""
-        r, c = server_round, self.config
+        r = server_round
         info: RoundInfo = self._round["info"]
         plan: RoundPlan = self._round["plan"]
         expected: dict[int, TrainInstruction] = self._round["expected"]
