@@ -183,6 +183,37 @@ def test_auxinfo_with_alpha_zero_equals_the_plain_method_exactly():
         assert not torch.equal(plain.theta, one.theta)  # the auxiliary tasks do change the trunk
 
 
+def _auxinfo_bases() -> list[str]:
+    """Every registered method that AuxInfo accepts as its base (its sources train with the cross-entropy)."""
+    from fda_core.experiments.auxiliary import _check_base
+
+    bases = []
+    for name in list_methods():
+        try:
+            _check_base(name, "base")
+        except ValueError:
+            continue
+        bases.append(name)
+    return bases
+
+
+@pytest.mark.parametrize("base", _auxinfo_bases())
+def test_auxinfo_with_alpha_zero_equals_every_base_it_accepts(base):
+    """AuxInfo hands every hook but the sources' objective to its base: set-up (Ditto's personal models, FADA's
+    discriminator), personal scores (KNN-per, FedRep, APFL), the server step, after the rounds. With α = 0 the
+    run is the base method's, bit for bit, whatever the base (found by audit: set-up and the personal scores
+    were not handed on, so Ditto and FADA failed and KNN-per reported the global model)."""
+    ds = TinyAux()
+    cfg = dict(warmup_rounds=1, rounds=3)
+    plain = _run(ds, rule=base, **cfg)
+    zero = _run(ds, rule={"auxinfo": {"base": base, "alpha": 0.0}}, **cfg)
+    assert torch.equal(plain.theta, zero.theta)
+    assert plain.history == zero.history
+    one = _run(ds, rule={"auxinfo": {"base": base, "alpha": 1.0}}, **cfg)  # the auxiliary losses do reach it
+    assert [h.keys() for h in one.history] == [h.keys() for h in plain.history]
+    assert not torch.equal(one.theta, plain.theta)
+
+
 def test_heads_do_not_change_the_main_model():
     """FedAvg on a dataset with auxiliary heads trains the trunk and main head exactly as without them; the
     heads keep their initial values (they get no gradient from the main task)."""
@@ -355,6 +386,24 @@ def test_digit_conditions_layout():
         get_dataset("DigitConditions", conditions=(1, 1))
     with pytest.raises(ValueError, match="n_per_class"):
         get_dataset("DigitConditions", n_per_class=600)
+
+
+def test_digit_conditions_negatives_are_drawn_at_random():
+    """The negatives of a condition are drawn at random from the images no client holds as a positive, as the
+    paper's CheXpert split draws them from the images labelled 0 for the condition: so every other condition's
+    digit is a negative of every client (the target's 4 among the sources' negatives). Found by audit: taking
+    the pool's first images in the shared order gave almost only digits 5-9 and never a 4."""
+    from fda_core.data.datasets import mnist_5k
+
+    _, y_all = mnist_5k()
+    for seed in (0, 1):
+        ds = get_dataset("DigitConditions", seed=seed)
+        for c, idx in zip(ds.conditions, ds.client_indices):
+            digits = torch.bincount(y_all[idx][y_all[idx] != c], minlength=10)
+            assert int(digits.sum()) == ds.n_per_class and digits[c] == 0
+            assert all(digits[d] > 0 for d in ds.conditions if d != c), (seed, c, digits.tolist())
+        sources = torch.cat(ds.client_indices[:-1])
+        assert int((y_all[sources] == ds.conditions[-1]).sum()) >= 20  # about 50 of the 4s left after the positives
 
 
 def test_support2_stand_in():

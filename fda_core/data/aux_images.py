@@ -116,8 +116,9 @@ def _digits_with_attributes(data_root: str | None) -> tuple[Tensor, Tensor, Tens
 
 class DigitConditions(AuxDataset):
     """The CheXpert-style image stand-in (module docstring): one environment per condition digit in
-    ``conditions``; ``n_per_class`` positives (images of the digit) and as many negatives (images of any
-    other digit) per environment, every image used once; main task binary (1 = the condition's digit);
+    ``conditions``; ``n_per_class`` positives (images of the digit) and as many negatives (images of other
+    digits, drawn at random from those no environment holds as a positive) per environment,
+    every image used once; main task binary (1 = the condition's digit);
     auxiliary labels ``view``, ``thickness``, ``slant``. ``rotate_fraction`` of each environment (seeded)
     is shown rotated by 90°. Default target: the last condition. Inputs (1, 28, 28) in [0, 1]."""
 
@@ -160,7 +161,11 @@ class DigitConditions(AuxDataset):
             if len(pool) < n:
                 raise ValueError(f"n_per_class={n} leaves only {len(pool)} unused negatives for condition {c}; "
                                  "lower n_per_class")
-            neg = pool[:n]
+            # negatives at random from the unused images of other digits, as the paper's CheXpert split draws
+            # them from the images labelled 0 for the condition (docs/auxiliary.md § Data sets): the pool runs in
+            # `order`, where the condition digits left after the positives all come late, so a prefix of it
+            # would be almost only digits outside `conditions`
+            neg = pool[torch.randperm(len(pool), generator=g)[:n]]
             used[neg] = True
             idx = torch.cat([pos, neg])
             idx = idx[torch.randperm(len(idx), generator=g)]
@@ -181,7 +186,8 @@ class DigitConditions(AuxDataset):
         return (
             f"DigitConditions (CheXpert-style stand-in, docs/auxiliary.md § Data sets): MNIST-5k digits; one "
             f"environment per condition digit {self.conditions}, each {self.n_per_class} images of the digit "
-            f"(positive) and {self.n_per_class} of other digits (negative), every image used once; "
+            f"(positive) and {self.n_per_class} of other digits (negative, drawn at random from the images no "
+            f"client holds as a positive), every image used once; "
             f"{100 * self.rotate_fraction:g}% shown rotated by 90 degrees; auxiliary labels view, thickness "
             f"(2A/P > {self.thickness_median:.2f}), slant (> {self.slant_median:.3f}); seed {self.seed}. "
             "Differences: the paper's CheXpert split has 4,000 chest radiographs per condition and the patients' "

@@ -30,7 +30,7 @@ puts β on the target update, h ← h + (1 − β)·P_GP + β·G_T, so β_librar
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from torch import Tensor, nn
@@ -102,7 +102,9 @@ class AuxInfo(Method):
     """AuxInfo around a base method (``docs/auxiliary.md`` § Methods; paper § 3, Algorithm 2): the source
     clients minimise L = ℓ_main + α · Σ_k ℓ_aux,k (Eq. 3) with one head per auxiliary task on the shared
     trunk; the target and the server do what the base method does (the target's objective stays the main
-    task's cross-entropy). Needs a dataset with auxiliary labels (:class:`fda_core.data.auxiliary.AuxDataset`).
+    task's cross-entropy): every hook but the sources' objective is the base's (set-up, round plan, server
+    step, personal scores, after the rounds), so a personalisation or unsupervised base composes too.
+    Needs a dataset with auxiliary labels (:class:`fda_core.data.auxiliary.AuxDataset`).
     With ``alpha=0`` the run equals the base method's exactly (tested)."""
 
     name, label = "auxinfo", "AuxInfo"
@@ -141,7 +143,13 @@ class AuxInfo(Method):
             self._select = (model, check_task_names(self.tasks, model.tasks, "tasks"))
         return aux_info_loss(model, x, y[:, 0].long(), y[:, 1:], self.alpha, self._select[1])
 
-    # -- server side and after the rounds: the base method's --------------------------------------
+    # -- set-up, server side, personal scores and after the rounds: the base method's -------------
+    def setup(self, run: Any) -> None:
+        self.inner.setup(run)
+
+    def target_scores(self, run: Any) -> Mapping[str, float] | None:
+        return self.inner.target_scores(run)
+
     def aggregate(self, rnd: RoundInfo, res: RoundResults, theta: Tensor) -> ServerResult:
         return self.inner.aggregate(rnd, res, theta)
 

@@ -262,7 +262,9 @@ class FedRep(Method):
                                                client=client, who=f"FedRep head of {s['name']!r}, round {rnd.round}")
             else:
                 b = run.buffers
-            new, b, _ = run.train_local(s["x"], s["y"], start=start, start_buffers=b, epochs=c["local_epochs"],
+            # the labels as the engine's source clients get them (with AuxInfo, the auxiliary ones too)
+            new, b, _ = run.train_local(s["x"], s.get("y_aux", s["y"]), start=start, start_buffers=b,
+                                        epochs=c["local_epochs"],
                                         lr=rnd.lr_source, batch_size=c["source_batch_size"],
                                         key=(rnd.round, run.ROLE_SOURCE, i), client=client,
                                         who=f"FedRep body of {s['name']!r}, round {rnd.round}",
