@@ -247,6 +247,27 @@ def test_auto_rules_dict_form():
     assert all(torch.allclose(per[k], expected[k]) for k in ("a", "b"))
 
 
+def test_auto_rules_dict_form_whatever_the_key_order():
+    """The target's per-batch parts may list their parameters in another order than the sources: the estimators
+    compare the same coordinates either way (found by audit: the parts were flattened in their own key order, the
+    sources in theirs, so β was estimated from mismatched coordinates when the sizes happened to agree)."""
+    g = torch.Generator().manual_seed(5)
+    s = torch.randn(4, 7, generator=g, dtype=torch.float64)
+    parts = torch.randn(5, 7, generator=g, dtype=torch.float64) + 0.5
+    ab = lambda v: {"a": v[:3], "b": v[3:].reshape(2, 2)}  # noqa: E731
+    ba = lambda v: {"b": v[3:].reshape(2, 2), "a": v[:3]}  # noqa: E731  the same dict, keys the other way round
+    for rule in (fedgp_auto, fedda_auto):
+        _, beta_flat = rule(s, parts, return_beta=True)
+        same, beta_same = rule([ab(x) for x in s], [ab(p) for p in parts], return_beta=True)
+        other, beta_other = rule([ab(x) for x in s], [ba(p) for p in parts], return_beta=True)
+        assert torch.allclose(beta_same, beta_flat) and torch.equal(beta_other, beta_same)
+        assert all(torch.equal(other[k], same[k]) for k in ("a", "b"))
+    with pytest.raises(ValueError, match=r"target_part_grads\[2\] keys differ.*missing \['b'\]"):
+        fedgp_auto([ab(x) for x in s], [ab(p) if j != 2 else {"a": p[:3]} for j, p in enumerate(parts)])
+    with pytest.raises(ValueError):
+        fedgp_auto(s, [ab(p) for p in parts])  # dict parts, flat sources
+
+
 # ------------------------------------------------------------------ registry
 def test_registry_names():
     for name in ("source_only", "target_only", "fedda", "fedgp", "fedda_auto", "fedgp_auto", "fedgp_cosine"):

@@ -47,6 +47,16 @@ def test_optimal_beta_minimises():
         for m, tau2 in [(math.inf, 0.5), (10, 0.3)]:
             bg = optimal_beta_fedgp(s2, tau2 * d2, m=m)
             assert delta_fedgp(s2, d2, bg, 1.0, tau2, m) <= delta_fedgp(s2, d2, betas, 1.0, tau2, m).min() + 1e-12
+            # with a filter that drops the source (δ̄ < 1) the β²(1 − δ̄)‖g‖² term moves the minimiser too
+            # (found by audit: the optimum ignored it; σ² = 1, d² = 2, δ̄ = 0.6, τ̄² = 0.7, m = 3, ‖g‖² = 5 has its
+            # minimum at 0.2198, where the two-term form gives 0.4878)
+            for db, g2 in [(0.6, 5.0), (0.3, 0.5), (1.0, 7.0)]:
+                bg = optimal_beta_fedgp(s2, tau2 * d2, m=m, delta_bar=db, g_norm2=g2)
+                grid = delta_fedgp(s2, d2, betas, db, tau2, m, g2)
+                assert delta_fedgp(s2, d2, bg, db, tau2, m, g2) <= grid.min() + 1e-12
+                assert bg == pytest.approx(betas[grid.argmin()], abs=2e-4)
+    assert optimal_beta_fedgp(1.0, 0.7 * 2.0, m=3, delta_bar=0.6, g_norm2=5.0) == pytest.approx(0.2198, abs=1e-4)
+    assert optimal_beta_fedgp(1.0, 0.7 * 2.0, m=3, delta_bar=0.6) == pytest.approx(0.4878, abs=1e-4)
 
 
 def test_paper_wedges():

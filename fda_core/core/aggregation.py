@@ -922,7 +922,7 @@ def fedgp(
     """FedGP (gradient projection): ĝ = Σ_i w_i [(1 − β_i) g_T + β_i Proj₊(g_T | g_i)].
 
     Proj₊(g_T | g_i) = max(⟨g_T, g_i⟩, 0) g_i / ‖g_i‖² is the exact positive projection of the target
-    gradient on the source direction (docs/theory.md § Rules; FedGP paper Eq. in § 4 and App. A.3).
+    gradient on the source direction (docs/theory.md § Rules; FedGP paper Definition 3.1; its Delta error, Theorem 4.6 and App. A.3).
     A zero source vector contributes nothing (its projection is defined as 0, no NaN). For dict input
     the projection is applied per tensor (layer-wise), the flat form is what the theory analyses.
     β weights the SOURCE (projected) part: β = 0 → g_T.
@@ -1063,8 +1063,12 @@ def _parts_and_mean(source_grads: SourceGrads, target_part_grads: Any) -> tuple[
             raise ValueError(f"target_part_grads needs B >= 2 parts, got {len(target_part_grads)}")
         if all(isinstance(p, Mapping) for p in target_part_grads):
             keys = list(target_part_grads[0].keys())
+            for j, p in enumerate(target_part_grads):
+                if set(p.keys()) != set(keys):
+                    raise ValueError(f"target_part_grads[{j}] keys differ from target_part_grads[0]: missing "
+                                     f"{sorted(set(keys) - set(p.keys()))}, extra {sorted(set(p.keys()) - set(keys))}")
             target = {k: torch.stack([p[k] for p in target_part_grads]).mean(0) for k in keys}
-            parts = torch.stack([_flatten_form(p, keys) for p in target_part_grads])
+            parts = None  # flattened below, in the sources' key order (the estimators compare coordinates)
         else:
             parts = torch.stack([_as_float_tensor(p, f"target_part_grads[{j}]").reshape(-1) for j, p in enumerate(target_part_grads)])
             target = torch.stack(list(target_part_grads)).mean(0)
@@ -1081,6 +1085,8 @@ def _parts_and_mean(source_grads: SourceGrads, target_part_grads: Any) -> tuple[
             torch.cat([blocks.per_source[k][i] for k in range(len(blocks.keys))])  # type: ignore[index]
             for i in range(blocks.n_sources)
         ])
+        if parts is None:  # the parts in the same key order as the sources, whatever order their dicts have
+            parts = torch.stack([_flatten_form(p, list(blocks.keys)) for p in target_part_grads])
     else:
         flat_sources = blocks.sources[0]  # type: ignore[index]
     return parts, flat_sources, target

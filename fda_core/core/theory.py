@@ -3,8 +3,9 @@
 Models with known gradients and the Monte-Carlo Δ² of any rule are in :mod:`fda_core.core.known_gradients`.
 
 Reference: ``docs/theory.md`` § Delta errors, § Phase diagram, § Optimal weights; FedGP paper
-(fedgp-gradient-projection.txt) Theorem 4.3 / Eq. for Δ²_FedDA, Δ²_FedGP and its mean-field
-approximation; auto-weighted FDA paper § 4.2. β weights the SOURCE part throughout.
+Theorems 4.5 (Δ²_FedDA) and 4.6 (Δ²_FedGP, one source); the auto-weighted FDA paper's Theorems 4.2
+(FedDA) and 4.4 (FedGP's mean-field approximation, its App. A.1.3) and § 4.2. β weights the SOURCE part
+throughout (the papers put β on the target side: β_here = 1 − β_paper).
 
 Notation: ``sigma2`` = σ²_π(D̂_T) (target variance), ``d2`` = d²_π(D_S, D_T) (squared source–target
 distance), ``tau2`` = τ̄² ∈ [0, 1] (share of d² orthogonal to the source direction), ``delta_bar`` =
@@ -59,7 +60,8 @@ def delta_source_only(d2: ArrayLike) -> np.ndarray | float:
 
 
 def delta_fedda(sigma2: ArrayLike, d2: ArrayLike, beta: ArrayLike) -> np.ndarray | float:
-    """Δ²_FedDA = (1 − β)² σ² + β² d² (exact; FedGP paper Theorem 4.2, docs/theory.md § Delta errors)."""
+    """Δ²_FedDA = (1 − β)² σ² + β² d² (exact; FedGP paper Theorem 4.5, auto-weighted paper Theorem 4.2,
+    docs/theory.md § Delta errors)."""
     s, d, b = _arr(sigma2, "sigma2"), _arr(d2, "d2"), _arr(beta, "beta", 0.0, 1.0)
     return (1 - b) ** 2 * s + b**2 * d
 
@@ -73,9 +75,10 @@ def delta_fedgp(
     m: float = math.inf,
     g_norm2: ArrayLike = 0.0,
 ) -> np.ndarray | float:
-    """Mean-field Δ²_FedGP (FedGP paper Theorem 4.3 approximation, docs/theory.md § Delta errors):
+    """Mean-field Δ²_FedGP (auto-weighted paper Theorem 4.4, the approximation of FedGP paper Theorem 4.6;
+    docs/theory.md § Delta errors):
 
-        Δ²_GP ≈ ((1 − β)² + (2β − β²) δ̄ / m) σ² + β² δ̄ τ̄² d² + β² (1 − δ̄) ‖g_T‖²
+        Δ²_GP ≈ ((1 − β)² + (2β − β²) δ̄ / m) σ² + β² δ̄ τ̄² d² + β² (1 − δ̄) ‖g_{D_T}‖²_π
 
     The projected noise is ≈ σ²/m for an m-dimensional model. ``g_norm2`` = ‖g_{D_T}‖²_π enters only
     when the filter drops the source (δ̄ < 1); its default 0 gives the spec's form. The formula is exact
@@ -106,20 +109,24 @@ def optimal_beta_fedda(sigma2: ArrayLike, d2: ArrayLike, fallback: float = 0.5) 
 
 
 def optimal_beta_fedgp(
-    sigma2: ArrayLike, tau2d2: ArrayLike, m: float = math.inf, delta_bar: ArrayLike = 1.0, fallback: float = 0.5
+    sigma2: ArrayLike, tau2d2: ArrayLike, m: float = math.inf, delta_bar: ArrayLike = 1.0, fallback: float = 0.5,
+    g_norm2: ArrayLike = 0.0,
 ) -> np.ndarray | float:
-    """β* minimising the mean-field Δ²_FedGP (docs/theory.md § Optimal weights):
+    """β* minimising the mean-field Δ²_FedGP of :func:`delta_fedgp` (docs/theory.md § Optimal weights):
 
-        β* = σ²(1 − δ̄/m) / (σ²(1 − δ̄/m) + δ̄ τ̄²d²)
+        β* = a / (a + δ̄ τ̄²d² + (1 − δ̄) ‖g_{D_T}‖²_π),   a = σ²(1 − δ̄/m)
 
-    With δ̄ = 1 and m = inf this is the papers' σ² / (σ² + τ̄²d²). 0/0 returns ``fallback``.
+    (set the derivative of :func:`delta_fedgp` in β to zero). ``g_norm2`` = ‖g_{D_T}‖²_π enters only when the
+    filter drops the source (δ̄ < 1); its default 0 gives the spec's and the auto-weighted paper's form
+    a / (a + δ̄ τ̄²d²), which is the exact minimiser only for δ̄ = 1 or ``g_norm2`` = 0. With δ̄ = 1 and m = inf
+    this is the papers' σ² / (σ² + τ̄²d²). 0/0 returns ``fallback``.
     """
     s, td = _arr(sigma2, "sigma2"), _arr(tau2d2, "tau2d2")
-    db = _arr(delta_bar, "delta_bar", 0.0, 1.0)
+    db, g2 = _arr(delta_bar, "delta_bar", 0.0, 1.0), _arr(g_norm2, "g_norm2")
     if not m >= 1:
         raise ValueError(f"m (number of parameters) must be >= 1, got {m!r}")
     a = np.multiply(s, 1 - np.divide(db, m))
-    return _safe_ratio(a, a + np.multiply(db, td), fallback)
+    return _safe_ratio(a, a + np.multiply(db, td) + np.multiply(np.subtract(1, db), g2), fallback)
 
 
 def delta_errors_theory(
