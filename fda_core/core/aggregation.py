@@ -922,7 +922,8 @@ def fedgp(
     """FedGP (gradient projection): ĝ = Σ_i w_i [(1 − β_i) g_T + β_i Proj₊(g_T | g_i)].
 
     Proj₊(g_T | g_i) = max(⟨g_T, g_i⟩, 0) g_i / ‖g_i‖² is the exact positive projection of the target
-    gradient on the source direction (docs/theory.md § Rules; FedGP paper Definition 3.1; its Delta error, Theorem 4.6 and App. A.3).
+    gradient on the source direction (docs/theory.md § Rules; FedGP paper Definition 3.1; its Delta error:
+    Theorem 4.6 and App. A.3).
     A zero source vector contributes nothing (its projection is defined as 0, no NaN). For dict input
     the projection is applied per tensor (layer-wise), the flat form is what the theory analyses.
     β weights the SOURCE (projected) part: β = 0 → g_T.
