@@ -208,6 +208,29 @@ def test_feddirt_needs_its_views_and_runs_deterministically():
     assert [p["t"] for p in shared["curve"]] == [p["t"] for p in avg["curve"]]
 
 
+@pytest.mark.parametrize("form", ["loop", "vmap"])
+@pytest.mark.parametrize("period", [1, 3, 4])
+def test_a_budget_reads_what_a_run_of_that_length_ends_with(period, form):
+    """``budgets`` (Rotated Fashion-MNIST's 1,500 iterations for 75° and 3,000 for 90°, one run for both): a test's
+    final accuracy at its budget is that of a run of the budget's length, bit for bit, whether or not the budget
+    falls on a synchronisation; the other tests and the training itself are as without budgets."""
+    x, y = _clients(m=3, n=40)
+    method = dirt.get_dg_method("feddirt")
+    tests = {"short": (x[1], y), "long": (x[2], y)}
+    kw = dict(views=_views_of(method, x, y), period=period, batch_size=8, width=0.125, seed=2, tests=tests,
+              client_batching=form)
+    both = dirt.train_federated(method, x, y, iterations=9, budgets={"short": 7}, **kw)
+    short = dirt.train_federated(method, x, y, iterations=7, **kw)
+    full = dirt.train_federated(method, x, y, iterations=9, **kw)
+    assert both["final"]["short"] == short["final"]["short"] and both["budgets"] == {"short": 7}
+    assert both["final"]["long"] == full["final"]["long"] and both["curve"] == full["curve"]
+    assert "budgets" not in full
+    with pytest.raises(ValueError, match="budgets names a test 'other'"):
+        dirt.train_federated(method, x, y, iterations=9, budgets={"other": 3}, **kw)
+    with pytest.raises(ValueError, match=r"budgets\['short'\]"):
+        dirt.train_federated(method, x, y, iterations=9, budgets={"short": 10}, **kw)
+
+
 # -- the clients' two forms (dg_clients) ---------------------------------------------------------------------
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 

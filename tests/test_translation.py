@@ -386,6 +386,45 @@ def test_rotated_mnist_reads_idx_files_through_the_shared_reader(tmp_path):
         load_idx_images(tmp_path / "nowhere")
 
 
+def test_rotated_fashion_mnist_reads_fashion_mnist_where_both_are_present(tmp_path):
+    """MNIST and Fashion-MNIST IDX files share their names and `fda data fetch` puts MNIST under data/MNIST/raw:
+    a Fashion-MNIST run (notebook 08's dataset "fashion") reads the FashionMNIST folder, an MNIST run never enters
+    it (found by audit: the search took MNIST/raw first, so a Fashion run trained on MNIST's digits)."""
+    from fda_core.data.rotated_domains import fashion_idx_folder, load_idx_images
+    from fda_core.experiments.translation.dg_study import resolve_plan
+
+    rng = np.random.default_rng(2)
+    for folder, n in (("MNIST/raw", 40), ("FashionMNIST/raw", 50)):
+        (tmp_path / folder).mkdir(parents=True)
+        for split, k in (("train", n), ("t10k", n // 2)):
+            _write_idx(tmp_path / folder / f"{split}-images-idx3-ubyte.gz", rng.integers(0, 256, (k, 28, 28)))
+            _write_idx(tmp_path / folder / f"{split}-labels-idx1-ubyte.gz", np.arange(k) % 10)
+    fashion = fashion_idx_folder(tmp_path)
+    assert fashion == str(tmp_path / "FashionMNIST" / "raw")
+    assert load_idx_images(fashion)["train_x"].shape[0] == 50 and load_idx_images(tmp_path)["train_x"].shape[0] == 40
+    assert resolve_plan(dataset="fashion", data_root=str(tmp_path))["data_root"] == fashion
+    assert resolve_plan(dataset="mnist", data_root=str(tmp_path))["data_root"] == str(tmp_path)
+    # the paper's Fashion-MNIST budgets (App. E.2): 1,500 iterations for 75 degrees and 3,000 for 90, every period,
+    # one run of the longer read at both (× iterations_scale 0.08: 120 and 240); MNIST's per period, read at the end
+    plan = resolve_plan(dataset="fashion", data_root=str(tmp_path))
+    assert plan["iterations"] == {1: 240, 10: 240, 100: 240} and plan["budgets"] == {"75": 120}
+    from types import SimpleNamespace
+
+    from fda_core.experiments.translation.dg_study import DGStudy
+
+    assert DGStudy._train_kwargs(SimpleNamespace(plan=plan))["budgets"] == {"75": 120, "75 held-out": 120}
+    assert resolve_plan()["budgets"] == {} and resolve_plan()["iterations"] == {1: 160, 10: 200, 100: 240}
+    only_fashion = tmp_path / "only"
+    (only_fashion / "FashionMNIST").mkdir(parents=True)
+    for f in (tmp_path / "FashionMNIST" / "raw").iterdir():
+        (only_fashion / "FashionMNIST" / f.name).write_bytes(f.read_bytes())
+    assert fashion_idx_folder(only_fashion) == str(only_fashion / "FashionMNIST")
+    with pytest.raises(FileNotFoundError, match="Rotated MNIST"):  # an MNIST run does not take Fashion-MNIST
+        load_idx_images(only_fashion)
+    with pytest.raises(FileNotFoundError, match="keeps no training/test split"):
+        fashion_idx_folder(tmp_path / "MNIST")
+
+
 def _tiny_plan():
     from fda_core.experiments.translation.study import resolve_plan
 

@@ -17,31 +17,59 @@ from torch import Tensor
 
 from ..common.checks import check_choice
 from .datasets.loaders import _MNIST_FILES, _idx_pair, _locate, mnist_5k
+from .datasets.packaged import resolve_data_root
 from .datasets.transforms import ROTATION_INTERPOLATIONS, rotate_images
 
-__all__ = ["RotatedDomains", "rotated_mnist", "load_idx_images"]
+__all__ = ["RotatedDomains", "rotated_mnist", "load_idx_images", "fashion_idx_folder"]
 
 #: how a domain's source note names each interpolation of :func:`rotate_images`
 _INTERPOLATION_NAMES = {"nearest": "nearest-neighbour", "bilinear": "bilinear"}
 
-#: where :func:`load_idx_images` looks for the four IDX files inside ``data_root``, in order
-_IDX_FOLDERS = (".", "MNIST/raw", "MNIST", "FashionMNIST/raw", "FashionMNIST")
+#: where :func:`load_idx_images` looks for the four IDX files inside ``data_root``, in order. MNIST and
+#: Fashion-MNIST files have the same names, so the MNIST search never enters a Fashion-MNIST folder: a
+#: Fashion-MNIST run names its folder (:func:`fashion_idx_folder`)
+_IDX_FOLDERS = (".", "MNIST/raw", "MNIST")
+#: where :func:`fashion_idx_folder` looks for the Fashion-MNIST IDX files inside ``data_root``, in order (the
+#: root itself last: a root holding MNIST's files beside a FashionMNIST folder must not be taken for Fashion-MNIST)
+_FASHION_IDX_FOLDERS = ("FashionMNIST/raw", "FashionMNIST", "fashion_mnist", ".")
 
 
 def load_idx_images(root: str | Path) -> dict[str, Tensor]:
     """The four MNIST-format IDX files (plain or .gz; read by :func:`fda_core.data.datasets.read_idx`) in
-    ``root`` or its ``MNIST/raw``, ``MNIST``, ``FashionMNIST/raw`` or ``FashionMNIST`` folder: train_x/test_x
-    (N, 1, 28, 28) float32 in [0, 1], train_y/test_y int64, training and test files kept apart. Raises
-    FileNotFoundError naming the expected files and the folders searched."""
+    ``root`` or its ``MNIST/raw`` or ``MNIST`` folder: train_x/test_x (N, 1, 28, 28) float32 in [0, 1],
+    train_y/test_y int64, training and test files kept apart. For Fashion-MNIST pass the folder that holds its
+    files (:func:`fashion_idx_folder`). Raises FileNotFoundError naming the expected files and the folders
+    searched."""
     files = _locate(root, _IDX_FOLDERS, _MNIST_FILES, "Rotated MNIST (data_root)",
-                    "data_root must hold the four MNIST/Fashion-MNIST IDX files; leave data_root empty to use "
-                    "MNIST-5k (offline).", gz=True)
+                    "data_root must hold the four MNIST IDX files (for Fashion-MNIST, the folder holding its "
+                    "four files); leave data_root empty to use MNIST-5k (offline).", gz=True)
     out = {}
     for split, i in (("train", 0), ("test", 2)):
         x, y = _idx_pair(files[_MNIST_FILES[i]], files[_MNIST_FILES[i + 1]])
         out[f"{split}_x"] = torch.from_numpy(x.copy()).float().div(255).reshape(-1, 1, 28, 28)
         out[f"{split}_y"] = torch.from_numpy(y.copy()).long()
     return out
+
+
+def fashion_idx_folder(data_root: str | Path) -> str:
+    """The folder under ``data_root`` that holds Fashion-MNIST's four IDX files (its training and test files, the
+    same names as MNIST's, plain or .gz): ``data_root/FashionMNIST/raw``, ``data_root/FashionMNIST``,
+    ``data_root/fashion_mnist`` or ``data_root`` itself, searched in that order, written as ``data_root`` joined
+    with the sub-folder (so a result store keys it as given). Rotated Fashion-MNIST reads it with
+    :func:`load_idx_images`; searching ``data_root`` the MNIST way would take MNIST's files where both are present
+    (``fda data fetch mnist`` writes ``data/MNIST/raw`` beside ``data/FashionMNIST``). Raises FileNotFoundError
+    naming the files and folders, and saying that the single pair ``fda data fetch fashion_mnist`` writes keeps no
+    training/test split."""
+    files = _locate(data_root, _FASHION_IDX_FOLDERS, _MNIST_FILES, "Rotated Fashion-MNIST (data_root)",
+                    "Rotated Fashion-MNIST needs Fashion-MNIST's training and test IDX files (e.g. from "
+                    "torchvision's download, under data_root/FashionMNIST/raw); the single all-images pair that "
+                    "`fda data fetch fashion_mnist` writes keeps no training/test split.", gz=True)
+    found = next(iter(files.values())).parent
+    root = Path(str(data_root))
+    for sub in _FASHION_IDX_FOLDERS:
+        if found == (resolve_data_root(root / sub) if sub != "." else resolve_data_root(root)):
+            return str(root / sub) if sub != "." else str(root)
+    return str(found)  # not reached: _locate searched exactly these folders
 
 
 @dataclass

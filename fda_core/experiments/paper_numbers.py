@@ -234,6 +234,9 @@ INB_PAPER: dict[str, dict] = {
     "feddirt_iterations": {"value": {1: 2000, 10: 2500, 100: 3000}, "source": "Fed INB paper, App. E.2: FedDIRT and "
                            "FedAvg run 2,000 / 2,500 / 3,000 iterations with synchronisation every 1 / 10 / 100 "
                            "mini-batches (Rotated MNIST)"},
+    "feddirt_iterations_fashion": {"value": {"75": 1500, "90": 3000}, "source": "Fed INB paper, App. E.2: on "
+                                   "Rotated Fashion-MNIST FedDIRT and FedAvg run 1,500 iterations for the unseen "
+                                   "domain 75 and 3,000 for 90, at every synchronisation period"},
     "feddirt_hyper": {"value": {"mnist": {"batch_size": 64, "lr": 1e-3, "lam": 2.0},
                                 "fashion": {"batch_size": 128, "lr": 1e-4, "lam": 10.0}},
                       "source": "Fed INB paper, App. E.2: batch size, Adam learning rate and DIRT weight lambda"},

@@ -25,6 +25,7 @@ from ...common.devices import resolve_device
 from ...common.provenance import code_revision
 from ...common.store import ResultStore, config_hash
 from ...data.autoencoder import ConvAutoencoder
+from ...data.rotated_domains import fashion_idx_folder
 from ..paper_numbers import paper_table, paper_value
 from ..worker_pool import StoredRun, WorkerTask, check_workers, shared_object, store_side_by_side
 from . import dirt
@@ -64,6 +65,21 @@ def _paper_iterations(period: int, scale: float) -> int:
     return max(1, round(table[nearest] * scale))
 
 
+def _plan_iterations(dataset: str, periods: Sequence[int], test_angles: Sequence[float],
+                     scale: float) -> tuple[dict[int, int], dict[str, int]]:
+    """The iterations per period and the per-domain budgets ({test angle name: iterations}, the domains read
+    before the run's end) of the paper's protocol (App. E.2) × ``scale``. Rotated MNIST: 2,000 / 2,500 / 3,000
+    iterations for periods 1 / 10 / 100, every domain read at the end. Rotated Fashion-MNIST: 1,500 iterations for
+    the unseen domain 75 and 3,000 for 90 at every period (an angle the paper does not list gets the longest);
+    one run of the longest budget, each domain read at its own (:func:`dirt.train_federated` ``budgets``)."""
+    if dataset != "fashion":
+        return {p: _paper_iterations(p, scale) for p in periods}, {}
+    table = paper_value("feddirt_iterations_fashion")
+    per_angle = {f"{a:g}": max(1, round(table.get(f"{a:g}", max(table.values())) * scale)) for a in test_angles}
+    longest = max(per_angle.values())
+    return {p: longest for p in periods}, {a: b for a, b in per_angle.items() if b < longest}
+
+
 def resolve_plan(*, quick: bool = False, paper_scale: bool = False, seed: int = 0, device: str = "auto",
                  dataset: str = "mnist", data_root: str = "", angles: Sequence[float] = (0, 15, 30, 45, 60),
                  test_angles: Sequence[float] = (75, 90), n_train_per_class: int = 400, n_test_per_class: int = 100,
@@ -88,6 +104,8 @@ def resolve_plan(*, quick: bool = False, paper_scale: bool = False, seed: int = 
     if dataset == "fashion" and not data_root:
         raise ValueError("dataset 'fashion' needs data_root: a folder with the four Fashion-MNIST IDX files "
                          "(train-images-idx3-ubyte, ...; nothing is downloaded)")
+    if dataset == "fashion":  # the folder of Fashion-MNIST's own files: MNIST's have the same names
+        data_root = fashion_idx_folder(data_root)
     if quick and paper_scale:
         raise ValueError("quick and paper_scale exclude each other: set at most one of them")
     if quick:
@@ -111,6 +129,7 @@ def resolve_plan(*, quick: bool = False, paper_scale: bool = False, seed: int = 
         raise ValueError("shared_periods must hold at least one synchronisation period (or be None)")
     all_periods = sorted(set(periods) | set(shared_periods))
     iterations_scale = check_number(iterations_scale, "iterations_scale", 0.0, lo_open=True)
+    iterations, budgets = _plan_iterations(dataset, all_periods, [float(a) for a in test_angles], iterations_scale)
     lam = hyper["lam"] if lam is None else check_number(lam, "lam", 0.0)
     return dict(
         quick=bool(quick), paper_scale=bool(paper_scale), seed=check_int(seed, "seed", 0), device=device,
@@ -122,7 +141,7 @@ def resolve_plan(*, quick: bool = False, paper_scale: bool = False, seed: int = 
         ae_epochs=check_int(ae_epochs, "ae_epochs", 0), ae_shared_epochs=check_int(ae_shared_epochs, "ae_shared_epochs", 0),
         option=option,
         methods=[m.spec for m in specs], method_objects=specs, lam=lam, periods=periods, shared_periods=shared_periods,
-        iterations_scale=iterations_scale, iterations={p: _paper_iterations(p, iterations_scale) for p in all_periods},
+        iterations_scale=iterations_scale, iterations=iterations, budgets=budgets,
         runs=check_int(runs, "runs", 1),
         width=check_number(width, "width", 0.0, 4.0, lo_open=True),
         lr=hyper["lr"] if lr is None else check_number(lr, "lr", 0.0, lo_open=True),
@@ -225,7 +244,8 @@ class DGStudy:
                         if type(method).uses_translator else None),
             method=method.spec, period=int(period), iterations=int(p["iterations"][period]), run=int(run),
             seed=p["seed"], width=p["width"], norm="instance", lr=p["lr"], batch_size=p["batch_size"],
-            eval_every=p["eval_every"], device=resolve_device(p["device"]).type)
+            eval_every=p["eval_every"], device=resolve_device(p["device"]).type,
+            **({"budgets": p["budgets"]} if p["budgets"] else {}))
 
     def tests(self) -> dict[str, tuple]:
         """The evaluation sets: each unseen angle on the training digits (paper protocol) and on held-out digits."""
@@ -237,8 +257,10 @@ class DGStudy:
     def _train_kwargs(self) -> dict[str, Any]:
         """The arguments of :func:`dirt.train_federated` every run of the plan shares."""
         p = self.plan
+        budgets = {name: b for a, b in p["budgets"].items() for name in (a, f"{a} held-out")}  # both test sets
         return dict(batch_size=p["batch_size"], lr=p["lr"], width=p["width"], norm="instance", seed=p["seed"],
-                    eval_every=p["eval_every"], device=p["device"], client_batching=p["client_batching"])
+                    eval_every=p["eval_every"], device=p["device"], client_batching=p["client_batching"],
+                    **({"budgets": budgets} if budgets else {}))
 
     def _views(self, method: dirt.DGMethod) -> torch.Tensor | None:
         return {"translated": self.bank, "shared": self.shared, None: None}[type(method).view]
@@ -323,6 +345,8 @@ class DGStudy:
         """The setting, written from the plan and the data that ran."""
         p, d = self.plan, self.data
         its = ", ".join(f"{it} for period {per}" for per, it in p["iterations"].items())
+        if p["budgets"]:  # Rotated Fashion-MNIST: some domains read before the run's end
+            its += " (" + ", ".join(f"{a} degrees read at iteration {b}" for a, b in p["budgets"].items()) + ")"
         net = ("DIRT's network" if p["width"] == 1 else
                f"DIRT's network at width {p['width']:g} (channels {round(32 * p['width'])} and {round(64 * p['width'])} "
                "instead of 32 and 64)")
@@ -392,7 +416,8 @@ def table3_long(records: Sequence[Mapping[str, Any]], translator: str, dataset: 
             col = f"{dom} ({period}-batch)"
             prow = _paper_row(label, translator)
             has = prow is not None and prow in mean.index and col in mean.columns
-            rows.append(dict(method=label, domain=dom, period=int(period), iterations=int(recs[0]["iterations"]),
+            its = recs[0].get("budgets", {}).get(dom, recs[0]["iterations"])  # a domain read at its own budget
+            rows.append(dict(method=label, domain=dom, period=int(period), iterations=int(its),
                              runs=len(recs), mean=float(acc.mean()), std=float(acc.std(ddof=1)) if len(acc) > 1 else
                              float("nan"), paper_row=prow if has else "", paper_mean=mean.loc[prow, col] if has else
                              float("nan"), paper_std=std.loc[prow, col] if has else float("nan")))
