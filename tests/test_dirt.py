@@ -54,7 +54,7 @@ def test_dirt_net_has_dirts_shapes_and_parameter_count():
 
 
 # -- the pieces of the objective --------------------------------------------------------------------------
-def test_targets_are_never_the_own_domain_and_uniform_over_the_others():
+def test_targets_are_uniform_over_the_other_domains_or_over_all():
     m, n = 5, 20_000
     for own in range(m):
         t = dirt.draw_targets(own, m, n, torch.Generator().manual_seed(own))
@@ -63,6 +63,18 @@ def test_targets_are_never_the_own_domain_and_uniform_over_the_others():
         assert stats.chisquare(counts).pvalue > 1e-4  # uniform over the M - 1 other domains
     batch = dirt.draw_targets(2, m, 64, torch.Generator().manual_seed(0), per_sample=False)
     assert len(set(batch.tolist())) == 1 and batch[0] != 2  # DIRT's per-batch draw: one target
+    # FedDIRT's default (eq. 5's (1/M) Σ over m' = 1..M, DIRT's np.random.choice over every domain): the own too
+    for own in range(m):
+        t = dirt.draw_targets(own, m, n, torch.Generator().manual_seed(own), include_own=True)
+        assert t.min() >= 0 and t.max() < m
+        assert stats.chisquare(torch.bincount(t, minlength=m).numpy()).pvalue > 1e-4  # uniform over all M
+    drawn = {int(dirt.draw_targets(2, m, 8, torch.Generator().manual_seed(s), per_sample=False, include_own=True)[0])
+             for s in range(60)}
+    assert drawn == set(range(m))
+    assert dirt.get_dg_method("feddirt").domains == "all"
+    assert dirt.get_dg_method("feddirt", domains="others").display_label == "FedDIRT (m' from others)"
+    with pytest.raises(ValueError, match="domains"):
+        dirt.get_dg_method("feddirt", domains="mine")
     with pytest.raises(ValueError, match="own"):
         dirt.draw_targets(5, 5, 3, torch.Generator())
     with pytest.raises(ValueError, match="n_domains"):

@@ -52,10 +52,13 @@ from .inb import FedINB
 
 __all__ = ["DGData", "dg_data", "draw_targets", "dis", "translation_bank", "shared_space_images", "DGMethod",
            "FedAvgDG", "FedDIRT", "FedDIRTShared", "DG_METHODS", "get_dg_method", "parse_dg_spec", "model_entries",
-           "train_federated", "translator_exchange", "TARGETS"]
+           "train_federated", "translator_exchange", "TARGETS", "TARGET_DOMAINS"]
 
 #: how FedDIRT draws the target domain m' ≠ m: per sample (the Fed INB paper) or one per batch (DIRT's code)
 TARGETS = ("per_sample", "per_batch")
+#: which domains FedDIRT's targets m' are drawn from: "all" M training domains, the client's own included (eq. 5's
+#: (1/M) Σ over m' = 1..M, and DIRT's code, ``np.random.choice`` over every domain), or the M − 1 "others"
+TARGET_DOMAINS = ("all", "others")
 
 # seed-stream tags (fda_core.common.seeding): one per purpose
 _INIT, _BATCHES, _TARGETS = 11, 12, 13
@@ -117,13 +120,18 @@ def dg_data(angles: Sequence[float] = (0, 15, 30, 45, 60), test_angles: Sequence
                        n_dg_per_class=n_dg_per_class))
 
 
-def draw_targets(own: int, n_domains: int, n: int, gen: torch.Generator, per_sample: bool = True) -> Tensor:
-    """Target domains m' ≠ ``own`` for n samples, uniform over the other n_domains − 1 domains
-    (``docs/translation.md`` § FedDIRT): m' = (own + 1 + U) mod M, U uniform on {0, …, M − 2}, drawn per
-    sample (the Fed INB paper) or once for the whole batch (``per_sample=False``, DIRT). (n,) int64."""
+def draw_targets(own: int, n_domains: int, n: int, gen: torch.Generator, per_sample: bool = True,
+                 include_own: bool = False) -> Tensor:
+    """Target domains for n samples (``docs/translation.md`` § FedDIRT), drawn per sample (the Fed INB paper) or
+    once for the whole batch (``per_sample=False``, DIRT's code). ``include_own``: uniform over all n_domains
+    domains, ``own`` included (FedDIRT's default, eq. 5 and DIRT's code); otherwise m' ≠ ``own``, uniform over the
+    other n_domains − 1: m' = (own + 1 + U) mod M, U uniform on {0, …, M − 2} (FedStarGAN's targets, and
+    FedDIRT's ``domains="others"``). (n,) int64."""
     check_int(n_domains, "n_domains", 2)
     check_int(own, "own", 0, n_domains - 1)
     check_int(n, "n", 0)
+    if include_own:
+        return torch.randint(0, n_domains, (n if per_sample else 1,), generator=gen).expand(n).clone()
     u = torch.randint(0, n_domains - 1, (n if per_sample else 1,), generator=gen)
     return ((own + 1 + u) % n_domains).expand(n).clone()
 
@@ -213,14 +221,18 @@ class _Regularised(DGMethod):
 
 
 class FedDIRT(_Regularised):
-    """FedDIRT (paper eq. 5): CE + λ·dis(g(x), g(f_{m→m'}(x))), m' ≠ m drawn per sample (``targets``)."""
+    """FedDIRT (paper eq. 5): CE + λ·dis(g(x), g(f_{m→m'}(x))), m' drawn per sample (``targets``) from every
+    training domain, the client's own included (``domains``; f_{m→m} is the identity, bank[m, m] = x)."""
 
     name, label = "feddirt", "FedDIRT"
     view = "translated"
     uses_translator = True
     options = {"lam": _lam_option(),
                "targets": Option("per_sample", lambda v, n: check_choice(v, n, TARGETS), lambda v: v.replace("_", "-"),
-                                 "'per_sample' (the Fed INB paper) or 'per_batch' (DIRT: one target per batch)")}
+                                 "'per_sample' (the Fed INB paper) or 'per_batch' (DIRT: one target per batch)"),
+               "domains": Option("all", lambda v, n: check_choice(v, n, TARGET_DOMAINS), lambda v: f"m' from {v}",
+                                 "'all' (eq. 5 and DIRT's code: every training domain, the own included) or "
+                                 "'others' (m' ≠ m, the workbook's rule before 2026-11-27)")}
 
 
 class FedDIRTShared(_Regularised):
@@ -295,7 +307,7 @@ INDEX_CHUNK = 256
 
 
 def _index_chunks(streams: Sequence, target_gens: Sequence[torch.Generator], batch_size: int, iterations: int,
-                  translated: bool, per_sample: bool, device: torch.device):
+                  translated: bool, per_sample: bool, device: torch.device, include_own: bool = False):
     """The clients' mini-batch indices, (k, M, B), and target domains, (k, M, B) or None unless ``translated``,
     of up to :data:`INDEX_CHUNK` iterations at a time, until ``iterations``: one host-to-device copy per chunk
     instead of two blocking copies per client step. Each generator serves one client and one purpose, so drawing a
@@ -305,7 +317,7 @@ def _index_chunks(streams: Sequence, target_gens: Sequence[torch.Generator], bat
         k = min(INDEX_CHUNK, iterations - done)
         parts = [torch.stack([torch.stack([next(s) for s in streams]) for _ in range(k)])]
         if translated:
-            parts.append(torch.stack([torch.stack([draw_targets(m, n_clients, batch_size, g, per_sample)
+            parts.append(torch.stack([torch.stack([draw_targets(m, n_clients, batch_size, g, per_sample, include_own)
                                                    for m, g in enumerate(target_gens)]) for _ in range(k)]))
         both = torch.stack(parts)
         both = both.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else both.to(device)
@@ -390,6 +402,7 @@ def train_federated(method: DGMethod, x: Tensor, y: Tensor, *, views: Tensor | N
     streams = [_batches(n, batch_size, generator(seed, _BATCHES, run, m)) for m in range(m_clients)]
     target_gens = [generator(seed, _TARGETS, run, m) for m in range(m_clients)]
     per_sample = getattr(method, "targets", "per_sample") == "per_sample"
+    include_own = getattr(method, "domains", "all") == "all"
     xd, yd = x.to(dev), y.to(dev)
     views_d = None if views is None else views.to(dev)
     rows = torch.arange(m_clients, device=dev).unsqueeze(1)  # (M, 1): client m's row of every (M, B) index
@@ -412,7 +425,7 @@ def train_federated(method: DGMethod, x: Tensor, y: Tensor, *, views: Tensor | N
         steps = 0
 
     for batches, targets in _index_chunks(streams, target_gens, batch_size, iterations,
-                                          method.view == "translated", per_sample, dev):
+                                          method.view == "translated", per_sample, dev, include_own):
         for j in range(batches.shape[0]):
             it += 1
             b = batches[j]  # (M, B): client m's mini-batch is row m
