@@ -10,11 +10,12 @@ The committed figures are those of ``make figures``: one torch thread per kernel
 counts move the last digits of CPU results), so the kernels here get ``OMP_NUM_THREADS=1`` too.
 
 Byte identity also needs the same floating-point kernels: MKL and oneDNN pick their code path by the CPU's
-instruction set, and a CPU of another family gives other last digits (seen on 2026-11-25: an AVX-512-FP16 machine
-gave notebook 01's σ² = 0.21272190459362486 where the committed 0.21272190437962185 came from, and every trained
-number then drifts further). So the guard first recomputes that one committed number (the per-sample gradients of
-notebook 01's MLP on MNIST-5k, five seconds); on a machine whose kernels give another value it skips, naming both,
-since no byte comparison can hold there, and it compares byte for byte everywhere else.
+instruction set, and a CPU of another family gives other last digits. Each folder of committed figures records the
+fingerprint of the kernels that made it (``float_kernels.txt``, written by ``fda run``; a folder without one comes
+from the machine of notebook 01's committed σ², :data:`fda_core.workbook.float_kernels.LEGACY_FINGERPRINT`). The
+guard computes this machine's fingerprint once (five seconds) and compares a notebook byte for byte where it
+matches that notebook's, and skips it, naming both, elsewhere: so figures regenerated on one kind of machine are
+checked on that kind, and the others' on theirs.
 """
 
 from pathlib import Path
@@ -37,41 +38,27 @@ EXTRA = {"04_real_data": {"reference_budget_check_mnist_cnn.csv": _CNN_CHECK,
 
 pytestmark = pytest.mark.slow
 
-_PROBE = """
-import sys
-from fda_core.data.gradient_pools import mnist_gradient_models, mnist_pools
-pool, rotation, n, seed = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-pools = mnist_pools(n_target_pool=pool, shift="rotate", shift_amount=rotation, seed=seed)
-(real,) = mnist_gradient_models(pools, n_target=n, seed=seed)
-print(repr(float(real.sigma2)))
-"""
-
 
 @pytest.fixture(scope="module")
-def same_float_kernels():
-    """Skip (naming both values) where this CPU's float kernels do not give notebook 01's committed σ² of the real
-    digits: the committed CSVs cannot be reproduced byte for byte there (module docstring)."""
-    import os
-    import subprocess
-    import sys
+def this_machines_kernels() -> str:
+    """This machine's float-kernel fingerprint (module docstring)."""
+    from fda_core.workbook.float_kernels import fingerprint
 
-    import pandas as pd
+    return fingerprint()
 
-    defaults = {k: v["default"] for k, v in pm.inspect_notebook(str(ROOT / "notebooks" / "01_delta_errors.ipynb")).items()}
-    args = [str(defaults[k]) for k in ("real_pool", "real_rotation", "real_n_target", "seed")]
-    committed = pd.read_csv(ROOT / "figures" / "01_delta_errors" / "monte_carlo_real_mnist.csv", comment="#")
-    expected = repr(float(committed.loc[committed["rule"] == "target_only", "sigma2"].iloc[0]))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    got = subprocess.run([sys.executable, "-c", _PROBE, *args], capture_output=True, text=True, env=env, cwd=ROOT,
-                         timeout=300, check=True).stdout.strip()
-    if got != expected:
-        pytest.skip(f"this CPU's float kernels differ from those that made the committed figures (notebook 01's "
-                    f"sigma2 of the real digits: {got} here, {expected} committed); byte identity cannot hold here")
+
+def _skip_unless_same_kernels(committed: Path, here: str) -> None:
+    from fda_core.workbook.float_kernels import recorded
+
+    made_by = recorded(committed)
+    if here != made_by:
+        pytest.skip(f"this CPU's float kernels differ from those that made {committed.name} (fingerprint {here} "
+                    f"here, {made_by} recorded); byte identity cannot hold here")
 
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("stem", sorted(CHEAP))
-def test_default_run_reproduces_the_committed_csvs(stem, tmp_path, same_float_kernels):
+def test_default_run_reproduces_the_committed_csvs(stem, tmp_path, this_machines_kernels):
     if CHEAP[stem] is not None:
         pytest.importorskip(CHEAP[stem])
     from fda_core.workbook.runner import execute
@@ -79,6 +66,7 @@ def test_default_run_reproduces_the_committed_csvs(stem, tmp_path, same_float_ke
     nb = ROOT / "notebooks" / f"{stem}.ipynb"
     declared = pm.inspect_notebook(str(nb))
     committed = ROOT / Path(declared["figures_dir"]["default"].strip("\"'"))
+    _skip_unless_same_kernels(committed, this_machines_kernels)
     params = {"figures_dir": str(tmp_path / "figures")}
     if "results_dir" in declared:
         params["results_dir"] = str(tmp_path / "results")

@@ -190,3 +190,56 @@ def test_project_root_is_found_from_outside_the_repository(tmp_path: Path, monke
     (tmp_path / "fda_core").mkdir()
     (tmp_path / "notebooks").mkdir()
     assert files.project_root() == tmp_path  # a workbook found upwards from cwd comes first
+
+
+@pytest.mark.timeout(180)
+def test_committed_figures_record_the_float_kernels_that_made_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                   ) -> None:
+    """A run whose outputs go to the workbook's figures/ folder stages the float-kernel fingerprint with them
+    (float_kernels.txt, installed only with a successful run); a run writing elsewhere does not; a probe that
+    fails records a value no machine gives, so the guard of the committed figures skips them."""
+    from fda_core.workbook import float_kernels
+    from fda_core.workbook.runner import execute
+
+    project = tmp_path / "project"
+    for sub in ("fda_core", "notebooks"):
+        (project / sub).mkdir(parents=True)
+    nb = _notebook(project / "notebooks" / "03_direct.ipynb", WRITE_DIRECTLY, LAST)
+    monkeypatch.setattr(float_kernels, "fingerprint", lambda: "0.125")
+    figures = project / "figures" / "03"
+    res = execute(nb, tmp_path / "x" / "03.ipynb", {"figures_dir": str(figures), "fail": True}, cwd=project,
+                  progress_bar=False)
+    assert not res.ok and not figures.exists()  # nothing installed, the fingerprint neither
+    res = execute(nb, tmp_path / "x" / "03.ipynb", {"figures_dir": str(figures)}, cwd=project, progress_bar=False)
+    assert res.ok and _snapshot(figures) == {"a.csv": "new a", "float_kernels.txt": "0.125\n"}
+    assert float_kernels.recorded(figures) == "0.125"
+    assert float_kernels.recorded(tmp_path) == float_kernels.LEGACY_FINGERPRINT  # nothing recorded there
+    elsewhere = tmp_path / "elsewhere"
+    assert execute(nb, tmp_path / "x" / "03.ipynb", {"figures_dir": str(elsewhere)}, cwd=project,
+                   progress_bar=False).ok
+    assert _snapshot(elsewhere) == {"a.csv": "new a"}
+
+    def failing() -> str:
+        raise RuntimeError("no digits")
+
+    monkeypatch.setattr(float_kernels, "fingerprint", failing)
+    assert execute(nb, tmp_path / "x" / "03.ipynb", {"figures_dir": str(figures)}, cwd=project, progress_bar=False).ok
+    assert float_kernels.recorded(figures).startswith("unknown (the probe failed: RuntimeError)")
+
+
+def test_the_float_kernel_probe_is_notebook_01s_real_digit_variance() -> None:
+    """The fingerprint is notebook 01's σ² of the real digits at the settings it fixes: those settings are notebook
+    01's defaults (were they to move apart, the legacy fingerprint would no longer name the committed figures'
+    kernels), and where the committed figures of notebook 01 are this machine's, the probe gives their σ²."""
+    import pandas as pd
+    import papermill as pm
+
+    from fda_core.workbook import float_kernels
+
+    root = Path(__file__).resolve().parent.parent
+    declared = pm.inspect_notebook(str(root / "notebooks" / "01_delta_errors.ipynb"))
+    assert {k: type(v)(declared[k]["default"]) for k, v in float_kernels.PROBE_SETTINGS.items()} == \
+        float_kernels.PROBE_SETTINGS
+    committed = pd.read_csv(root / "figures" / "01_delta_errors" / "monte_carlo_real_mnist.csv", comment="#")
+    sigma2 = repr(float(committed.loc[committed["rule"] == "target_only", "sigma2"].iloc[0]))
+    assert float_kernels.recorded(root / "figures" / "01_delta_errors") == sigma2

@@ -214,6 +214,7 @@ def execute(
         raise
     result.seconds = time.perf_counter() - start
     if result.status == "done" and staging is not None:
+        _record_float_kernels(staging, work_dir)
         try:
             result.installed = staging.install()
         except OSError as exc:
@@ -235,6 +236,24 @@ def execute(
         if staging is not None:
             result.failed_outputs = staging.keep(failed_outputs_path(dst))
     return result
+
+
+def _record_float_kernels(staging: Staging, work_dir: Path) -> None:
+    """Stage the float-kernel fingerprint (:mod:`.float_kernels`) with a run's outputs when they go to the
+    workbook's committed ``figures/`` folder, so the committed files say which kernels made them. A probe that
+    fails stages a fingerprint no machine gives (the guard of the committed figures then skips them)."""
+    from ..common.files import project_root
+    from .float_kernels import FINGERPRINT_FILE, fingerprint
+
+    figures = (project_root(work_dir) / "figures").resolve()
+    if not staging.destination.resolve().is_relative_to(figures):
+        return
+    try:
+        value = fingerprint()
+    except Exception as exc:  # noqa: BLE001 - the run's outputs matter more than their fingerprint
+        value = f"unknown (the probe failed: {type(exc).__name__})"
+        print(f"fda: the float-kernel fingerprint could not be computed ({exc}); recorded as unknown", file=sys.stderr)
+    (staging.folder / FINGERPRINT_FILE).write_text(value + "\n")
 
 
 def _remove_tree(path: Path) -> None:
