@@ -54,7 +54,7 @@ __all__ = ["DGData", "dg_data", "draw_targets", "dis", "translation_bank", "shar
            "FedAvgDG", "FedDIRT", "FedDIRTShared", "DG_METHODS", "get_dg_method", "parse_dg_spec", "model_entries",
            "train_federated", "translator_exchange", "TARGETS", "TARGET_DOMAINS"]
 
-#: how FedDIRT draws the target domain m' ≠ m: per sample (the Fed INB paper) or one per batch (DIRT's code)
+#: how often FedDIRT draws the target domain m': per sample (the Fed INB paper) or one per batch (DIRT's code)
 TARGETS = ("per_sample", "per_batch")
 #: which domains FedDIRT's targets m' are drawn from: "all" M training domains, the client's own included (eq. 5's
 #: (1/M) Σ over m' = 1..M, and DIRT's code, ``np.random.choice`` over every domain), or the M − 1 "others"
@@ -447,8 +447,9 @@ def train_federated(method: DGMethod, x: Tensor, y: Tensor, *, views: Tensor | N
                 evaluate(it)
             due = [name for name, b in budgets.items() if b == it and b < iterations]
             if due:  # a shorter run would end here with a synchronisation: evaluate the clients' average
-                if budget_net is None:
-                    budget_net = DIRTNet(10, width=width, norm=norm).to(dev)
+                if budget_net is None:  # its initial weights are overwritten: keep the global stream untouched
+                    with torch.random.fork_rng(devices=[]):
+                        budget_net = DIRTNet(10, width=width, norm=norm).to(dev)
                 _load_flat(budget_net, keys, clients.stacked().mean(0))
                 budget_net.eval()
                 at_budget.update({name: _accuracy(budget_net, *tests[name]) for name in due})
