@@ -302,23 +302,23 @@ def _normalise(source_grads: SourceGrads, target_grad: TargetGrad | None,
     return _Blocks("sequence", n, [tgt.reshape(-1)], sources=[src], target_shape=shape)
 
 
+def _check_keys(d: Mapping[str, Any], keyset: set[str], what: str) -> None:
+    """ValueError ``"<what>: missing [...], extra [...]"`` unless ``d`` has exactly the keys ``keyset``."""
+    if set(d.keys()) != keyset:
+        raise ValueError(f"{what}: missing {sorted(keyset - set(d.keys()))}, extra {sorted(set(d.keys()) - keyset)}")
+
+
 def _normalise_dicts(source_grads: Sequence[GradDict], target_grad: TargetGrad | None) -> _Blocks:
     keys = list(source_grads[0].keys())
     if not keys:
         raise ValueError("source_grads[0] is an empty parameter dict")
     keyset = set(keys)
     for i, s in enumerate(source_grads):
-        if set(s.keys()) != keyset:
-            missing = sorted(keyset - set(s.keys()))
-            extra = sorted(set(s.keys()) - keyset)
-            raise ValueError(f"source_grads[{i}] keys differ from source_grads[0]: missing {missing}, extra {extra}")
+        _check_keys(s, keyset, f"source_grads[{i}] keys differ from source_grads[0]")
     if target_grad is not None:
         if not isinstance(target_grad, Mapping):
             raise ValueError("source_grads holds parameter dicts, so target_grad must be a dict with the same keys")
-        if set(target_grad.keys()) != keyset:
-            missing = sorted(keyset - set(target_grad.keys()))
-            extra = sorted(set(target_grad.keys()) - keyset)
-            raise ValueError(f"target_grad keys differ from source_grads: missing {missing}, extra {extra}")
+        _check_keys(target_grad, keyset, "target_grad keys differ from source_grads")
     shapes, targets, per_source = [], [], []
     for k in keys:
         shape = source_grads[0][k].shape
@@ -1065,9 +1065,7 @@ def _parts_and_mean(source_grads: SourceGrads, target_part_grads: Any) -> tuple[
         if all(isinstance(p, Mapping) for p in target_part_grads):
             keys = list(target_part_grads[0].keys())
             for j, p in enumerate(target_part_grads):
-                if set(p.keys()) != set(keys):
-                    raise ValueError(f"target_part_grads[{j}] keys differ from target_part_grads[0]: missing "
-                                     f"{sorted(set(keys) - set(p.keys()))}, extra {sorted(set(p.keys()) - set(keys))}")
+                _check_keys(p, set(keys), f"target_part_grads[{j}] keys differ from target_part_grads[0]")
             target = {k: torch.stack([p[k] for p in target_part_grads]).mean(0) for k in keys}
             parts = None  # flattened below, in the sources' key order (the estimators compare coordinates)
         else:

@@ -64,12 +64,8 @@ def fashion_idx_folder(data_root: str | Path) -> str:
                     "Rotated Fashion-MNIST needs Fashion-MNIST's training and test IDX files (e.g. from "
                     "torchvision's download, under data_root/FashionMNIST/raw); the single all-images pair that "
                     "`fda data fetch fashion_mnist` writes keeps no training/test split.", gz=True)
-    found = next(iter(files.values())).parent
-    root = Path(str(data_root))
-    for sub in _FASHION_IDX_FOLDERS:
-        if found == (resolve_data_root(root / sub) if sub != "." else resolve_data_root(root)):
-            return str(root / sub) if sub != "." else str(root)
-    return str(found)  # not reached: _locate searched exactly these folders
+    found, root = next(iter(files.values())).parent, Path(str(data_root))  # root / "." is root
+    return str(next(root / sub for sub in _FASHION_IDX_FOLDERS if resolve_data_root(root / sub) == found))
 
 
 @dataclass

@@ -101,11 +101,11 @@ def resolve_plan(*, quick: bool = False, paper_scale: bool = False, seed: int = 
     choice, not part of a run's store key). Raises ValueError naming a bad parameter."""
     check_choice(dataset, "dataset", DATASETS)
     check_choice(client_batching, "client_batching", CLIENT_BATCHING)
-    if dataset == "fashion" and not data_root:
-        raise ValueError("dataset 'fashion' needs data_root: a folder with the four Fashion-MNIST IDX files "
-                         "(train-images-idx3-ubyte, ...; nothing is downloaded)")
-    if dataset == "fashion":  # the folder of Fashion-MNIST's own files: MNIST's have the same names
-        data_root = fashion_idx_folder(data_root)
+    if dataset == "fashion":
+        if not data_root:
+            raise ValueError("dataset 'fashion' needs data_root: a folder with the four Fashion-MNIST IDX files "
+                             "(train-images-idx3-ubyte, ...; nothing is downloaded)")
+        data_root = fashion_idx_folder(data_root)  # Fashion-MNIST's own folder: MNIST's files have the same names
     if quick and paper_scale:
         raise ValueError("quick and paper_scale exclude each other: set at most one of them")
     if quick:
