@@ -1,7 +1,7 @@
 """Host work of one layer-wise FedGP call on the GPU code path: torch operator calls and host time per call.
 
 On a GPU, one ``fedgp(S, t, β, out=out, segments=lengths)`` call on ResNet-18-shaped updates takes 3.5–8× the copy
-floor while its two Triton kernels take 1.5–2.4× (``benchmarks/segmented_kernels.py``, README § GPU): the rest is host
+floor while its two Triton kernels take 1.5–2.4× (``benchmarks/segmented_kernels.py``, docs/performance.md § GPU): the rest is host
 work — the call's Python and the torch operators it dispatches around the kernels. This script measures that host
 work where no GPU is needed: on tiny tensors (ResNet-18's 62 segment lengths divided by ``--scale``) so that the
 arithmetic itself costs next to nothing, it counts the torch (aten) operator calls of one call with a

@@ -582,7 +582,7 @@ def test_per_source_arguments_cost_one_device_read_each():
     """Each tensor argument (β, the weights) is checked with one read of its result — on a GPU one host
     synchronisation — and Python numbers with none. Counted as aten._local_scalar_dense, which every read of a
     tensor's value dispatches (on the device, a call with β and the weights as device tensors made 7 synchronisations,
-    2026-11-26, README § GPU: 3 for β, 3 for the weights, 1 for the result's finiteness)."""
+    2026-11-26, docs/performance.md § GPU: 3 for β, 3 for the weights, 1 for the result's finiteness)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Reads(TorchDispatchMode):

@@ -106,7 +106,7 @@ def _segmented(device: torch.device) -> bool:
 #: :func:`fda_core.core.segmented_triton.project`). Same arithmetic; the per-segment sums are added in another order,
 #: so the two agree to float rounding. Elsewhere (the CPU) the setting changes nothing. Default "kernel": on an H200
 #: (2026-11-26, ``benchmarks/segmented_kernels.py``, same run) a whole call took 0.51 instead of 0.65 ms at N = 4 and
-#: 0.61–0.64 instead of 0.69–0.76 ms at N = 10, its CUDA tests passing there (README § GPU).
+#: 0.61–0.64 instead of 0.69–0.76 ms at N = 10, its CUDA tests passing there (docs/performance.md § GPU).
 LAYERWISE_COEFFICIENTS = "kernel"
 
 
@@ -115,7 +115,7 @@ LAYERWISE_COEFFICIENTS = "kernel"
 #: this host work overlaps the kernel on the GPU; :func:`~fda_core.core.segmented.layerwise_start`). Same results,
 #: bit for bit. Default "late": on an H200 (2026-11-26, ``benchmarks/segmented_kernels.py``, two runs, rows in
 #: turns) the early launch made a whole call slower, 0.439–0.575 instead of 0.368–0.531 ms at N = 4 and 0.494–0.528
-#: instead of 0.469–0.483 ms at N = 10 (README § GPU); why is not established.
+#: instead of 0.469–0.483 ms at N = 10 (docs/performance.md § GPU); why is not established.
 LAYERWISE_REDUCTION_LAUNCH = "late"
 
 

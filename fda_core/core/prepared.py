@@ -3,7 +3,7 @@
 A federated loop aggregates the same buffers every round — the (N, m) source updates, the (m,) target update and the
 (m,) result, rewritten in place — with new β and weights. :func:`fda_core.core.aggregation.fedgp` checks all of its
 arguments at every call; on a GPU that host work, and launching the three Triton kernels of the layer-wise rule one
-after another, is what keeps a call above the device's copy floor for few sources (README § GPU: at N = 4 on an H200
+after another, is what keeps a call above the device's copy floor for few sources (docs/performance.md § GPU: at N = 4 on an H200
 the kernels alone took 0.24–0.29 ms launched eagerly, 0.18 ms replayed from a CUDA graph, a whole call 0.35–0.39 ms,
 the floor 0.11 ms). A :class:`PreparedRule` checks the buffers once, when it is made, and afterwards each call only
 checks and packs β, the weights and the alignment (in Python where they are Python numbers), copies them into one
