@@ -718,3 +718,75 @@ def test_fixed_beta_methods_pass_beta_and_weights_as_python_numbers(spec, rule):
     assert seen and all(type(b) is float and b == 0.5 for b, _ in seen)
     assert all(type(w) is list and all(type(x) is float for x in w) for _, w in seen)
     assert all(w == pytest.approx([0.5, 0.5]) and w == seen[0][1] for _, w in seen)
+
+
+def _round_results(seed: int, a: tuple[float, float]):
+    """A round of 2 sources with alignment factors ``a`` (a_i = (target steps · lr_T) / (source steps · lr_S) with
+    the steps given), 3 target parts, m = 5."""
+    from fda_core.experiments.methods.interface import RoundResults
+
+    g = torch.Generator().manual_seed(seed)
+    src, parts = torch.randn(2, 5, generator=g, dtype=torch.float64), torch.randn(3, 5, generator=g, dtype=torch.float64)
+    layout = [("w", 0, 5, torch.Size([5]))]
+
+    def as_dict(v):
+        return {name: v[o:o + k].view(shape) for name, o, k, shape in layout}
+
+    return RoundResults(source_updates=src.clone(), source_steps=[4, 6], weights=torch.tensor([0.4, 0.6], dtype=torch.float64),
+                        source_buffers=[{}, {}], target_update=parts.sum(0), target_params=parts.sum(0),
+                        target_parts=parts, target_steps=3, target_buffers={}, lr_source=1e-3, lr_target=2e-4,
+                        scratch=torch.empty(5, dtype=torch.float64), as_dict=as_dict,
+                        as_dicts=lambda rows: [as_dict(r) for r in rows],
+                        source_alignment_steps=[3 * 2e-4 / (a[0] * 1e-3), 3 * 2e-4 / (a[1] * 1e-3)],
+                        target_alignment_steps=3), src
+
+
+def test_fedda_auto_combines_the_updates_as_sent_by_default():
+    """FedDA_Auto (reference scripts' ``update_global_convex``): Σ w_i [(1 − β_i) g_T + β_i g_i] with g_i as sent
+    (``align=False``, the default and the reference variant); ``align=True`` (the library variant) scales g_i by a_i
+    first. β comes from the same estimate either way. On the old code the default aligned the updates."""
+    from fda_core.core.estimators import auto_beta
+    from fda_core.experiments.methods.registry import with_variant
+
+    assert with_variant("fedda_auto", "reference") == {"fedda_auto": {"align": False}}
+    assert with_variant("fedda_auto", "library") == {"fedda_auto": {"align": True}}
+    info = federated.RoundInfo(1, 1, False, 1e-3, 2e-4, {})
+    for align in (False, True):
+        res, src = _round_results(0, (0.25, 3.0))
+        factors = res.alignment_factors()
+        assert torch.allclose(factors, torch.tensor([0.25, 3.0], dtype=torch.float64))
+        beta = auto_beta(res.target_parts, res.source_per_batch_updates(), rule="fedda")
+        res, src = _round_results(0, (0.25, 3.0))
+        theta = torch.zeros(5, dtype=torch.float64)
+        get_method("fedda_auto", align=align).aggregate(info, res, theta)
+        g_i = src * factors[:, None] if align else src
+        w, g_t = torch.tensor([0.4, 0.6], dtype=torch.float64), res.target_update
+        hand = sum(w[i] * ((1 - beta[i]) * g_t + beta[i] * g_i[i]) for i in range(2))
+        assert torch.allclose(theta, hand, atol=1e-12), align
+
+
+def test_finetune_offline_draws_the_target_noise_anew_every_epoch():
+    """Finetune_Offline under per-round input noise: every fine-tuning epoch (and its evaluation) sees a new draw,
+    draw rounds + e, as the rounds do (docs/reproduction.md row 14); the old code fine-tuned every epoch on the
+    last round's draw. Without input noise nothing changes."""
+    opts = {"noise_std": 0.4, "noise_draw": "per_round"}
+    c = make_config(dataset="NoisyFeatures", dataset_options=opts, rule="finetune_offline", rounds=2, warmup_rounds=0,
+                    model="mlp", n_target_labeled=40, target_batch_size=8, source_lr=0.01)
+    r = federated.Run(c, get_method("finetune_offline"))
+    seen = []
+    train_target = r.train_target
+
+    def spy(**kw):
+        seen.append(r.target["x_lab"].sum().item())
+        return train_target(**kw)
+
+    r.train_target = spy
+    for k in (1, 2):
+        r.round(k)
+    r.method.after_training(r)
+    assert len(seen) == 2 and seen[0] != seen[1]  # two fine-tuning epochs, two draws
+    expected = []
+    for e in (1, 2):
+        r.refresh_input_noise(c["rounds"] + e)
+        expected.append(r.target["x_lab"].sum().item())
+    assert seen == expected

@@ -156,7 +156,7 @@ def beside_paper(summary: pd.DataFrame, stand_in: str) -> pd.DataFrame:
     """Our mean ± CI per paper row beside the paper's numbers for the data set ``stand_in`` stands for
     (:data:`STAND_INS`): columns row, acc, acc_ci, auc, auc_ci, paper_acc, paper_acc_ci, paper_auc,
     paper_auc_ci (NaN where the paper has no number; Table 6 has accuracy only). Rows: ours, then the paper's
-    rows we did not run (FADA, KD3A)."""
+    rows this run left out (FADA and KD3A when notebook 07's ``fda_baselines`` is empty)."""
     s = STAND_INS[stand_in]
     paper = paper_table(s["paper_table"])
     ci = paper_table(s["paper_table"] + "_ci") if s["paper_table"] + "_ci" in _paper_names() else None

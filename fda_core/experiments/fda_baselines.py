@@ -20,11 +20,17 @@ from ..common.checks import check_int, check_number
 from ..common.seeding import derive_seed, generator
 from .methods import ClientInfo, Method, Option, RoundInfo, RoundPlan, RoundResults, ServerResult, register_method
 
-__all__ = ["FADA", "KD3A", "knowledge_vote", "consensus_focus", "clustering_score"]
+__all__ = ["FADA", "KD3A", "knowledge_vote", "consensus_focus", "clustering_score", "FOCUS_RULES"]
 
 #: Seed streams and mini-batch roles of these methods (``Run.train_local`` keys; the engine's roles are 0-2).
 _STREAM_UNLAB, _STREAM_DISC = 31, 32
 _ROLE_ADV, _ROLE_DISTIL = 12, 13
+
+
+def _check_focus(value: Any, name: str) -> str:
+    if value not in FOCUS_RULES:
+        raise ValueError(f"{name} must be one of {FOCUS_RULES}, got {value!r}")
+    return value
 
 
 def _unlabelled_subset(run: Any, r: int, n: int) -> Tensor:
@@ -208,18 +214,45 @@ def knowledge_vote(probs: Tensor, confidence: float) -> tuple[Tensor, Tensor]:
     return consensus, votes
 
 
-def consensus_focus(probs: Tensor, confidence: float) -> Tensor:
-    """KD3A's consensus focus (§ 3.3, Eq. 6-7): CF_i = Q(S) − Q(S \\ {i}), the drop of the consensus quality
-    Q = Σ_x votes(x) · max_c consensus(x)_c when source i leaves the vote, clamped at 0; (N,)."""
-    def quality(p: Tensor) -> Tensor:
-        cons, votes = knowledge_vote(p, confidence)
+#: KD3A's ways of crediting a source for the consensus (``docs/baselines.md`` § KD3A).
+FOCUS_RULES = ("leave_one_out", "shapley")
+
+
+def consensus_focus(probs: Tensor, confidence: float, rule: str = "leave_one_out") -> Tensor:
+    """KD3A's consensus focus (§ 3.3, Eq. 6-7) on (N, n, C) probabilities of N sources, (N,): with the consensus
+    quality Q(S) = Σ_x votes(x) · max_c consensus(x)_c of a set S of sources (0 for no source),
+
+    * ``rule="leave_one_out"`` (the paper's Eq. 6): CF_i = Q(S) − Q(S \\ {i}), the drop when source i leaves the
+      vote, clamped at 0;
+    * ``rule="shapley"`` (KD3A's code, ``calculate_consensus_focus``): source i's Shapley value, its marginal
+      contribution Q(P ∪ {i}) − Q(P) averaged over all orders of the sources (P: those before i), summed here
+      over the subsets P with weight |P|! (N − |P| − 1)! / N!."""
+    from itertools import combinations
+    from math import factorial
+
+    if rule not in FOCUS_RULES:
+        raise ValueError(f"rule must be one of {FOCUS_RULES}, got {rule!r}")
+
+    def quality(members: tuple[int, ...]) -> Tensor:
+        if not members:
+            return probs.new_zeros(())
+        cons, votes = knowledge_vote(probs[list(members)], confidence)
         return (votes * cons.max(1).values).sum()
 
-    q_all = quality(probs)
     n_src = probs.shape[0]
-    if n_src == 1:
-        return q_all.reshape(1).clamp_min(0)
-    return torch.stack([(q_all - quality(torch.cat([probs[:i], probs[i + 1:]]))).clamp_min(0) for i in range(n_src)])
+    everyone = tuple(range(n_src))
+    if rule == "leave_one_out":
+        q_all = quality(everyone)
+        return torch.stack([(q_all - quality(everyone[:i] + everyone[i + 1:])).clamp_min(0) for i in everyone])
+    q = {s: quality(s) for k in range(n_src + 1) for s in combinations(everyone, k)}
+    cf = probs.new_zeros(n_src)
+    for i in everyone:
+        others = everyone[:i] + everyone[i + 1:]
+        for k in range(n_src):
+            weight = factorial(k) * factorial(n_src - k - 1) / factorial(n_src)
+            for s in combinations(others, k):
+                cf[i] += weight * (q[tuple(sorted(s + (i,)))] - q[s])
+    return cf
 
 
 class KD3A(Method):
@@ -227,10 +260,16 @@ class KD3A(Method):
     Domain Adaptation via Knowledge Distillation"; ``docs/baselines.md`` § KD3A), from the parts that define it:
 
     * **knowledge vote** (§ 3.2): every source model labels ``distill_samples`` unlabelled target images;
-      :func:`knowledge_vote` keeps, per image, the class most confident sources (top probability ≥
-      ``confidence``, paper 0.9) agree on, with the mean of their probabilities and the number of votes;
-    * **consensus focus** (§ 3.3, Eq. 6-8): source weights α_i ∝ n_i · CF_i (:func:`consensus_focus`),
-      normalised to sum to 1 (sample weights when every CF_i is 0), replace FedAvg's;
+      :func:`knowledge_vote` keeps, per image, the class most confident sources (top probability ≥ the gate)
+      agree on, with the mean of their probabilities and the number of votes. The gate rises linearly over the
+      FDA rounds from ``confidence`` to ``confidence_end`` (KD3A's code: ``confidence_gate = (end − begin) ·
+      epoch / total_epochs + begin``, 0.9 → 0.95 in its configurations; "we gradually increase" it, as its
+      paper says); ``confidence_end=None`` keeps it fixed;
+    * **consensus focus** (§ 3.3, Eq. 6-8): source weights α_i ∝ n_i · CF_i (:func:`consensus_focus`,
+      ``focus``: the paper's leave-one-out or the code's Shapley value), normalised to sum to 1 (sample weights
+      when every CF_i is 0), replace FedAvg's; ``weight_momentum`` m > 0 smooths them across rounds as KD3A's
+      code does (``update_domain_weight``, m = 0.9): α ← m α_previous + (1 − m) α_round, from the first FDA
+      round's α on;
     * **knowledge distillation** (§ 3.2, Eq. 4): the target trains the aggregated model on those images
       against the consensus (soft cross-entropy weighted by the votes), one pass at the sources' batch size and
       the round's target learning rate; the result is the new global model;
@@ -246,7 +285,16 @@ class KD3A(Method):
     name, label = "kd3a", "KD3A"
     options = {
         "confidence": Option(0.9, lambda v, n: check_number(v, n, 0.0, 1.0), lambda v: f"gate {v:g}",
-                             "confidence gate of the knowledge vote in [0, 1] (paper: 0.9)"),
+                             "confidence gate of the knowledge vote at the first FDA round, in [0, 1] (KD3A: 0.9)"),
+        "confidence_end": Option(0.95, lambda v, n: None if v is None else check_number(v, n, 0.0, 1.0),
+                                 lambda v: "fixed gate" if v is None else f"gate to {v:g}",
+                                 "the gate the linear rise heads for at the end of the FDA rounds, in [0, 1] "
+                                 "(KD3A's code: 0.95); None: a fixed gate"),
+        "focus": Option("leave_one_out", lambda v, n: _check_focus(v, n), lambda v: f"{v} focus",
+                        "consensus focus: 'leave_one_out' (the paper's Eq. 6) or 'shapley' (KD3A's code)"),
+        "weight_momentum": Option(0.0, lambda v, n: check_number(v, n, 0.0, 1.0, hi_open=True),
+                                  lambda v: f"momentum {v:g}",
+                                  "moving average of the source weights across rounds in [0, 1) (KD3A's code: 0.9)"),
         "distill_samples": Option(512, lambda v, n: check_int(v, n, 1), lambda v: f"{v} unlabelled/round",
                                   "unlabelled target images distilled per round ≥ 1"),
     }
@@ -255,6 +303,17 @@ class KD3A(Method):
         self.run = run
         self.source_weights: list[float] = run.weights.tolist()
         self._batch: tuple[Tensor, Tensor, Tensor] | None = None
+        self._smoothed: Tensor | None = None  # the smoothed source weights (weight_momentum > 0)
+
+    def gate(self, rnd: RoundInfo) -> float:
+        """The knowledge vote's gate in round ``rnd``: ``confidence`` + (``confidence_end`` − ``confidence``) · j / R
+        for the j-th FDA round (j = 0, 1, …) of R, as KD3A's code raises it epoch by epoch."""
+        if self.confidence_end is None:
+            return self.confidence
+        c = rnd.config
+        fda_rounds = c["rounds"] - c["warmup_rounds"]
+        j = rnd.round - c["warmup_rounds"] - 1
+        return self.confidence + (self.confidence_end - self.confidence) * j / fda_rounds
 
     def configure_round(self, rnd: RoundInfo) -> RoundPlan:
         return RoundPlan("warmup" if rnd.warmup else "kd3a", sources=True)
@@ -267,10 +326,14 @@ class KD3A(Method):
         x = _unlabelled_subset(run, rnd.round, self.distill_samples)
         probs = torch.stack([_outputs(run, theta + res.source_updates[i], res.source_buffers[i], x)[1]
                              for i in range(res.source_updates.shape[0])])  # (N, n, C)
-        consensus, votes = knowledge_vote(probs, self.confidence)
-        cf = consensus_focus(probs, self.confidence)
+        gate = self.gate(rnd)
+        consensus, votes = knowledge_vote(probs, gate)
+        cf = consensus_focus(probs, gate, self.focus)
         raw = res.weights * cf
         w = raw / raw.sum() if float(raw.sum()) > 0 else res.weights.clone()
+        if self.weight_momentum > 0 and self._smoothed is not None:  # KD3A's update_domain_weight
+            w = self._smoothed * self.weight_momentum + w * (1 - self.weight_momentum)
+        self._smoothed = w
         self.source_weights = w.tolist()
         theta.addmv_(res.source_updates.T, w)
         self._batch = (x, consensus, votes)

@@ -435,7 +435,8 @@ class Run:
     def _train(self, x: Tensor, y: Tensor, *, epochs: int, batch_size: int, lr: float, key: tuple[int, ...],
                who: str, client: ClientInfo, parts: Tensor | None = None, reset_optimizer: bool = True,
                start: Tensor | None = None, start_buffers: Mapping[str, Tensor] | None = None,
-               loss_fn: Callable[..., Tensor] | None = None, after_step: Callable[[], None] | None = None) -> int:
+               loss_fn: Callable[..., Tensor] | None = None, after_step: Callable[[], None] | None = None,
+               before_step: Callable[[], None] | None = None) -> int:
         """Train from the global model (or from ``start`` / ``start_buffers``); ``key`` = (round, role,
         index) names the client's mini-batch stream."""
         fm = self.model
@@ -447,7 +448,7 @@ class Run:
             loss_fn = self._loss(client)
         return local_train(fm, self.optimizer, x, y, epochs=epochs, batch_size=batch_size, lr=lr,
                            gen=generator(self.config["seed"], _STREAM_CLIENT, *key), parts=parts, who=who,
-                           loss_fn=loss_fn, after_step=after_step)
+                           loss_fn=loss_fn, after_step=after_step, before_step=before_step)
 
     #: roles of :meth:`train_local`'s mini-batch streams: a source, the target on its labelled samples (the
     #: same stream as the engine's target client of that round), the target on its train split
@@ -456,16 +457,19 @@ class Run:
     def train_local(self, x: Tensor, y: Tensor, *, start: Tensor, start_buffers: Mapping[str, Tensor] | None = None,
                     epochs: int, lr: float, batch_size: int, key: tuple[int, ...], client: ClientInfo,
                     who: str = "client", loss_fn: Callable[..., Tensor] | None = None,
-                    after_step: Callable[[], None] | None = None) -> tuple[Tensor, dict[str, Tensor], int]:
+                    after_step: Callable[[], None] | None = None,
+                    before_step: Callable[[], None] | None = None) -> tuple[Tensor, dict[str, Tensor], int]:
         """Train a client on (x, y) from the parameters ``start`` (m,) and BatchNorm statistics ``start_buffers``
         (None: the global ones) with a fresh optimiser, without touching the global model: returns (its
         parameters (m,) — a new tensor —, its BatchNorm statistics, its optimiser steps). ``key`` = (round,
         role, index, ...) names the mini-batch stream (:data:`ROLE_SOURCE`, :data:`ROLE_TARGET`, ... for the
         role; a method's own streams use roles >= 10); ``loss_fn(module, x, y)`` defaults to the method's
         :meth:`~fda_core.experiments.methods.Method.local_loss` for ``client``; ``after_step()`` runs after
-        every optimiser step (:func:`fda_core.experiments.flat.local_train`)."""
+        every optimiser step and ``before_step()`` between the backward pass and the step
+        (:func:`fda_core.experiments.flat.local_train`)."""
         steps = self._train(x, y, epochs=epochs, batch_size=batch_size, lr=lr, key=key, who=who, client=client,
-                            start=start, start_buffers=start_buffers, loss_fn=loss_fn, after_step=after_step)
+                            start=start, start_buffers=start_buffers, loss_fn=loss_fn, after_step=after_step,
+                            before_step=before_step)
         return self.model.flat.detach().clone(), self.model.buffers(), steps
 
     def score(self, module: Any = None, *, params: Tensor | None = None,

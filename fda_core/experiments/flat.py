@@ -120,13 +120,15 @@ def cross_entropy(module: nn.Module, x: Tensor, y: Tensor) -> Tensor:
 def local_train(fm: FlatModel, opt: FlatAdam, x: Tensor, y: Tensor, *, epochs: int, batch_size: int, lr: float,
                 gen: torch.Generator, parts: Tensor | None = None, who: str = "client",
                 loss_fn: Callable[[nn.Module, Tensor, Tensor], Tensor] | None = None,
-                after_step: Callable[[], None] | None = None) -> int:
+                after_step: Callable[[], None] | None = None, before_step: Callable[[], None] | None = None) -> int:
     """Train ``fm`` in place on (x, y) for ``epochs`` epochs of shuffled mini-batches.
 
     ``loss_fn(module, x_batch, y_batch)`` is the local objective (default :func:`cross_entropy`, the mean
     cross-entropy of the module's logits); a method changes it to change what clients optimise.
     ``after_step()``, when given, runs after every optimiser step (e.g. a proximal step, or restoring
     frozen coordinates); it may change ``fm.flat`` in place (recorded ``parts`` include its change).
+    ``before_step()``, when given, runs after the backward pass and before the optimiser step: it may add to
+    ``fm.grad`` the gradient of a term the loss does not hold (Ditto's λ(v − w)), which the optimiser then sees.
 
     ``parts`` (steps, m), when given, receives the per-batch update w_after − w_before of every step
     (the target's parts for auto-β). Returns the number of steps. Raises FloatingPointError when a loss
@@ -145,6 +147,8 @@ def local_train(fm: FlatModel, opt: FlatAdam, x: Tensor, y: Tensor, *, epochs: i
             loss = loss_fn(fm.module, x[idx], y[idx])
             loss.backward()
             loss_sum += loss.detach()
+            if before_step is not None:
+                before_step()
             if parts is not None:
                 parts[steps].copy_(fm.flat)
             opt.step(fm.flat, fm.grad, lr)

@@ -87,24 +87,39 @@ def _check_lam(value: Any, name: str) -> float:
     return check_number(value, name, 0.0)
 
 
+#: Ditto's ways of taking the proximal term λ/2 ‖v − w‖² (``docs/baselines.md`` § Ditto).
+DITTO_PROX = ("gradient", "exact")
+
+
+def _check_prox(value: Any, name: str) -> str:
+    if value not in DITTO_PROX:
+        raise ValueError(f"{name} must be one of {DITTO_PROX}, got {value!r}")
+    return value
+
+
 class Ditto(_PersonalTarget):
     """Ditto (Li, Hu, Beirami & Smith, ICML 2021; ``docs/baselines.md`` § Ditto): the global model w is FedAvg;
     the target keeps a personal model v minimising h_T(v; w) = F_T(v) + λ/2 ‖v − w‖² (paper Eq. 2) on its
     labelled samples, ``epochs`` epochs per round (None: ``target_local_epochs``) at the round's target learning
     rate, starting from its own v of the previous round; v is reported on the target.
 
-    Algorithm 1's personal step is v ← v − η(∇F_T(v) + λ(v − w)). Here the data term takes the run's optimiser
-    step (Adam by default, as every row of the table) and the proximal term its exact proximal step,
-    v ← (v + ηλ w) / (1 + ηλ): equal to Algorithm 1's step to first order in ηλ, stable for every λ (the
-    explicit step diverges for ηλ > 2) and exact at the limits: λ = 0 is target-only training of v, λ = ∞
-    (allowed) pins v to the global model. w is the global model of the round just aggregated (the target
-    receives w^(r) and personalises it; it does not send an update to the average).
+    Algorithm 1's personal step is v ← v − η(∇F_T(v) + λ(v − w)), one step on the gradient of h_T (Ditto's
+    code: ``eff_grad = grads + lam * (local - global)``). ``prox="gradient"`` (default) gives the run's
+    optimiser that gradient, ∇F_T(v) + λ(v − w), so with Adam (every row of the table) λ weighs the pull
+    against the data term as in h_T. ``prox="exact"`` takes the optimiser's step on the data term only and then
+    the proximal term's exact step v ← (v + ηλ w)/(1 + ηλ): Algorithm 1 to first order in ηλ under SGD and
+    stable for every λ, but under Adam, whose data step has size ≈ η whatever the gradient, the pull is weaker
+    by about the gradient's size, so λ ≲ 10 then barely acts. Both reach λ = 0 (target-only training of v)
+    exactly; λ = ∞ (allowed) pins v to the global model. w is the global model of the round just aggregated
+    (the target receives w^(r) and personalises it; it does not send an update to the average).
 
-    Options: ``lam`` (λ ≥ 0 or ``math.inf``; default 0.1, chosen on source data, ``docs/baselines.md`` §
-    Hyper-parameters), ``epochs``."""
+    Options: ``lam`` (λ ≥ 0 or ``math.inf``; default 1, Ditto's and FedRep's scripts), ``prox``, ``epochs``."""
 
     name, label = "ditto", "Ditto"
-    options = {"lam": Option(0.1, _check_lam, lambda v: f"λ={v:g}", "proximal weight λ of Eq. 2 (≥ 0, or math.inf)"),
+    options = {"lam": Option(1.0, _check_lam, lambda v: f"λ={v:g}", "proximal weight λ of Eq. 2 (≥ 0, or math.inf)"),
+               "prox": Option("gradient", _check_prox, lambda v: f"{v} prox",
+                              "how the optimiser takes λ/2 ‖v − w‖²: 'gradient' (in the gradient it sees, Alg. 1) "
+                              "or 'exact' (its exact proximal step after the optimiser's step)"),
                "epochs": Option(None, _check_optional_epochs, lambda v: f"{v} epochs/round",
                                 "personal epochs per round (None: target_local_epochs)")}
 
@@ -113,16 +128,22 @@ class Ditto(_PersonalTarget):
             self.v.copy_(run.theta)
             self.v_buffers = {k: b.clone() for k, b in run.buffers.items()}
             return
-        c = rnd.lr_target * self.lam  # ηλ
-        flat, w = run.model.flat, run.theta
+        lam, c = self.lam, rnd.lr_target * self.lam  # λ, ηλ
+        fm, w = run.model, run.theta
 
         def prox() -> None:  # v ← argmin_u ‖u − v‖²/(2η) + λ/2 ‖u − w‖² = (v + ηλ w)/(1 + ηλ)
-            flat.mul_(1.0 / (1.0 + c)).add_(w, alpha=c / (1.0 + c))
+            fm.flat.mul_(1.0 / (1.0 + c)).add_(w, alpha=c / (1.0 + c))
 
+        def pull() -> None:  # the gradient of λ/2 ‖v − w‖², added to ∇F_T(v) (Alg. 1)
+            fm.grad.add_(fm.flat - w, alpha=lam)
+
+        exact, on = self.prox == "exact", lam > 0
         v, bufs, _ = run.train_local(run.target["x_lab"], run.target["y_lab"], start=self.v, start_buffers=self.v_buffers,
                                      epochs=self._epochs(rnd), lr=rnd.lr_target, batch_size=rnd.config["target_batch_size"],
                                      key=(rnd.round, run.ROLE_TARGET, 0), client=_target_client(run, rnd.round),
-                                     who=f"Ditto personal model, round {rnd.round}", after_step=prox if c > 0 else None)
+                                     who=f"Ditto personal model, round {rnd.round}",
+                                     after_step=prox if exact and on else None,
+                                     before_step=pull if on and not exact else None)
         self.v, self.v_buffers = v, bufs
 
 
@@ -135,11 +156,12 @@ class APFL(_PersonalTarget):
     The steps on v are run on v̄ itself, exactly: the loss α·f at learning rate α·η gives v̄ the change α·Δv of
     the optimiser's step Δv on v (the gradients seen are α∇f(v̄) in both cases, so Adam's moments agree); then
     v = (v̄ − (1 − α) w) / α. α = 0 is the FedAvg model, α = 1 local training of v. The paper's adaptive α
-    (its Eq. 5) is not used: the auto-weighted paper reports a fixed α, so α is an option (default 0.25, chosen
-    on source data, ``docs/baselines.md`` § Hyper-parameters)."""
+    (its Eq. 5) is not used: the auto-weighted paper reports a fixed α, so α is an option (default 0.5, the
+    APFL authors' FedTorch ``--fed_personal_alpha``; notebook 04 chooses it on source data, ``docs/baselines.md`` §
+    Hyper-parameters)."""
 
     name, label = "apfl", "APFL"
-    options = {"alpha": Option(0.25, lambda v, n: check_number(v, n, 0.0, 1.0), lambda v: f"α={v:g}",
+    options = {"alpha": Option(0.5, lambda v, n: check_number(v, n, 0.0, 1.0), lambda v: f"α={v:g}",
                                "mixing weight α of the local model in [0, 1] (Eq. 3)"),
                "epochs": Option(None, _check_optional_epochs, lambda v: f"{v} epochs/round",
                                 "local epochs per round (None: target_local_epochs)")}
@@ -313,8 +335,9 @@ class KNNPer(Method):
     :data:`KNN_WEIGHT_GRID` × :data:`KNN_CAPACITY_GRID` on the target's TEST split, as the auto-weighted paper
     reports it ("the highest accuracy across grids of weights and capacities") — an optimistic, test-selected
     number, said so in the tables; the chosen λ and capacity are recorded (``knn_weight``, ``knn_capacity``).
-    Options: ``weight`` (λ in [0, 1] or None), ``capacity`` (used when ``weight`` is given), ``k`` (default 5,
-    chosen on source data), ``temperature`` T (default 1, the paper's code)."""
+    Options: ``weight`` (λ in [0, 1] or None), ``capacity`` (used when ``weight`` is given), ``k`` (default 5),
+    ``temperature`` T (default None: the features' dimension D, as KNN-per's code,
+    ``exp(-distances / (features_dimension * scale))`` with scale 1; or a number > 0)."""
 
     name, label = "knn_per", "KNN-per"
     options = {
@@ -323,8 +346,9 @@ class KNNPer(Method):
         "capacity": Option(1.0, lambda v, n: check_number(v, n, 0.0, 1.0, lo_open=True), lambda v: f"capacity {v:g}",
                            "fraction of the datastore kept, in (0, 1]"),
         "k": Option(5, lambda v, n: check_int(v, n, 1), lambda v: f"k={v}", "number of neighbours ≥ 1"),
-        "temperature": Option(1.0, lambda v, n: check_number(v, n, 0.0, lo_open=True), lambda v: f"T={v:g}",
-                              "temperature T of the distance kernel > 0"),
+        "temperature": Option(None, lambda v, n: None if v is None else check_number(v, n, 0.0, lo_open=True),
+                              lambda v: "T=D" if v is None else f"T={v:g}",
+                              "temperature T of the distance kernel > 0 (None: the features' dimension, KNN-per's code)"),
     }
     # Not a gradient rule: its training is FedAvg, but its prediction mixes in a kNN memory, which the synthetic
     # phase-diagram trainer (it compares rules by their one-step gradient) cannot represent; None keeps it out.
@@ -354,6 +378,7 @@ class KNNPer(Method):
         y_mem = run.target["y_lab"][self._order]
         n_classes = p_global.shape[1]
         d = torch.cdist(f_test, f_mem).square()  # (n_test, n_mem)
+        temperature = float(f_test.shape[1]) if self.temperature is None else self.temperature
         caps = KNN_CAPACITY_GRID if self.weight is None else (self.capacity,)
         weights = KNN_WEIGHT_GRID if self.weight is None else (self.weight,)
         best: dict[str, float] | None = None
@@ -361,7 +386,7 @@ class KNNPer(Method):
             n_keep = max(1, math.ceil(cap * f_mem.shape[0] - 1e-9))
             k = min(self.k, n_keep)
             dist, nn_idx = d[:, :n_keep].topk(k, dim=1, largest=False)
-            kern = (-dist / self.temperature).softmax(1)  # exp(−d/T) normalised over the k neighbours
+            kern = (-dist / temperature).softmax(1)  # exp(−d/T) normalised over the k neighbours
             p_knn = torch.zeros_like(p_global).scatter_add_(1, y_mem[nn_idx], kern)
             for lam in weights:
                 p = p_knn * lam + p_global * (1 - lam)

@@ -174,8 +174,8 @@ class _AutoMethod(FDAMethod):
     """Auto-weighted rules (auto-weighted FDA paper § 4.2, App. C.3; ``docs/theory.md`` § Optimal weights):
     every round β_i = σ̂² / (σ̂² + d̂_i²) (FedDA) or σ̂² / (σ̂² + (τ²d²)^_i) (FedGP), estimated from the
     target's per-batch updates (the parts) and each source's average per-batch update g_i / steps_i,
-    aligned by lr_T / lr_S (:meth:`RoundResults.source_per_batch_updates`); the combination then uses the
-    magnitude-aligned source updates.
+    aligned by lr_T / lr_S (:meth:`RoundResults.source_per_batch_updates`); FedGP_Auto's combination then uses
+    the magnitude-aligned source updates, FedDA_Auto's those as sent (its ``align`` option).
 
     Option ``lr_scaling``: 'paper' (default, the definition above) or 'reference' — the paper's reference
     scripts multiply the target's parts by lr_T / lr_S and leave the sources unscaled, which puts the
@@ -193,15 +193,25 @@ class _AutoMethod(FDAMethod):
         else:  # the reference scripts: target parts × lr_T/lr_S, sources' per-batch updates as sent
             beta = auto_beta(res.target_parts * (res.lr_target / res.lr_source),
                              res.source_per_batch_updates(lr_scaled=False), rule=self.base)
-        _apply_rule(self.base, getattr(self, "projection", "exact"), True, res, beta, out)
+        if self.base == "fedda" and not self.align:  # the reference scripts' FedDA_Auto: the updates as sent
+            aggregation.fedda(res.raw_source_updates(), res.target_update, beta, res.weight_values(), out=out)
+        else:
+            _apply_rule(self.base, getattr(self, "projection", "exact"), True, res, beta, out)
         return beta
 
 
 class FedDAAuto(_AutoMethod):
-    """FedDA_Auto: FedDA with β_i = σ̂² / (σ̂² + d̂_i²) re-estimated every round."""
+    """FedDA_Auto: FedDA with β_i = σ̂² / (σ̂² + d̂_i²) re-estimated every round.
+
+    Option ``align`` as FedDA's (default False: the combination takes the source updates as sent, as the
+    reference scripts' ``update_global_convex`` does; True: magnitude-aligned first). β is estimated from the
+    aligned per-batch updates either way (``lr_scaling``)."""
 
     name, label, base = "fedda_auto", "FedDA_Auto", "fedda"
-    options = {"lr_scaling": _lr_scaling_option()}  # FedDA has no projection
+    options = {"lr_scaling": _lr_scaling_option(),  # FedDA has no projection
+               "align": Option(False, _check_bool, lambda v: "aligned" if v else "raw",
+                               "scale the source updates by the magnitude-alignment factor before combining them "
+                               "(False: as sent, the reference code)")}
     gradient_rule = "fedda"
 
 
@@ -219,7 +229,11 @@ class FinetuneOffline(Method):
 
     Option ``optimizer_reset``: 'epoch' (default) starts a fresh Adam for every fine-tuning epoch, as the
     papers' reference scripts do (their ``train`` builds a new optimiser per call, one call per epoch;
-    ``docs/reproduction.md`` row 12); 'once' runs one optimiser over all the epochs (the former default)."""
+    ``docs/reproduction.md`` row 12); 'once' runs one optimiser over all the epochs (the former default).
+
+    A target with input noise drawn anew every round (``noise_draw="per_round"``) gets a new draw for every
+    fine-tuning epoch too, numbered on from the rounds (epoch e is draw ``rounds + e``), as the scripts' data
+    loading draws new noise at every load."""
 
     name, label = "finetune_offline", "Finetune_Offline"
     options = {"epochs": Option(None, _check_optional_epochs, lambda v: f"{v} epochs",
@@ -235,6 +249,7 @@ class FinetuneOffline(Method):
         lr = c["target_lr"] * (c["lr_decay"] if c["warmup_rounds"] > 0 else 1.0)
         for e in range(1, epochs + 1):
             reset = self.optimizer_reset == "epoch" or e == 1
+            run.refresh_input_noise(c["rounds"] + e)  # a no-op without per-round input noise
             run.train_target(epochs=1, lr=lr, step=c["rounds"] + e, reset_optimizer=reset, who="target fine-tuning")
             run.evaluate(c["rounds"] + e, "finetune", lr_source=0.0, lr_target=lr)
 

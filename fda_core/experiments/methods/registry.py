@@ -162,10 +162,12 @@ def parse_method_spec(spec: str | Mapping[str, Mapping[str, Any]]) -> tuple[str,
 #: defaults ("library"); ``docs/reproduction.md`` § Reference-exact options. A method not listed is the same in both.
 VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
     # the papers' code: FedGP and FedGP_Auto project per layer with the cosine filter and magnitude alignment
-    # (FedGP paper App. B.2 Eq. B.2); FedDA combines the source updates as sent
-    "reference": {"fedgp": {"projection": "cosine"}, "fedgp_auto": {"projection": "cosine"}, "fedda": {"align": False}},
-    # exact projection on the whole update vector (the theory's Proj₊), FedDA on aligned updates
-    "library": {"fedgp": {"projection": "exact"}, "fedgp_auto": {"projection": "exact"}, "fedda": {"align": True}},
+    # (FedGP paper App. B.2 Eq. B.2); FedDA and FedDA_Auto combine the source updates as sent
+    "reference": {"fedgp": {"projection": "cosine"}, "fedgp_auto": {"projection": "cosine"}, "fedda": {"align": False},
+                  "fedda_auto": {"align": False}},
+    # exact projection on the whole update vector (the theory's Proj₊), FedDA and FedDA_Auto on aligned updates
+    "library": {"fedgp": {"projection": "exact"}, "fedgp_auto": {"projection": "exact"}, "fedda": {"align": True},
+                "fedda_auto": {"align": True}},
 }
 
 
