@@ -104,7 +104,8 @@ class Ditto(_PersonalTarget):
     rate, starting from its own v of the previous round; v is reported on the target.
 
     Algorithm 1's personal step is v ← v − η(∇F_T(v) + λ(v − w)), one step on the gradient of h_T (Ditto's
-    code: ``eff_grad = grads + lam * (local - global)``). ``prox="gradient"`` (default) gives the run's
+    code, ``flearn/trainers_MTL/ditto.py``: ``eff_grad = grads[1][layer] + self.lam * (self.local_models[idx][layer]
+    - self.global_model[layer])``, then an SGD step on it). ``prox="gradient"`` (default) gives the run's
     optimiser that gradient, ∇F_T(v) + λ(v − w), so with Adam (every row of the table) λ weighs the pull
     against the data term as in h_T. ``prox="exact"`` takes the optimiser's step on the data term only and then
     the proximal term's exact step v ← (v + ηλ w)/(1 + ηλ): Algorithm 1 to first order in ηλ under SGD and
