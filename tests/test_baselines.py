@@ -52,7 +52,7 @@ def test_ditto_lambda_zero_is_target_only():
 
 def test_ditto_lambda_infinite_is_fedavg_and_large_lambda_tends_to_it():
     """λ = ∞ is the global model in either form; λ = 10⁹ reaches it through the exact proximal steps (under
-    the gradient form Adam's steps keep a size ≈ η, so v hovers within about η of w instead)."""
+    the gradient form Adam's steps keep a size ≈ η whatever λ is, so v does not settle on w exactly)."""
     fedavg = run(rule="source_only")
     for prox in ("gradient", "exact"):
         assert accs(run(rule="ditto", method_options={"lam": math.inf, "prox": prox})) == accs(fedavg)
