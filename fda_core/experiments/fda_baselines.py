@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..common.checks import check_int, check_number
+from ..common.checks import check_choice, check_int, check_number
 from ..common.seeding import derive_seed, generator
 from .methods import ClientInfo, Method, Option, RoundInfo, RoundPlan, RoundResults, ServerResult, register_method
 
@@ -25,12 +25,6 @@ __all__ = ["FADA", "KD3A", "knowledge_vote", "consensus_focus", "clustering_scor
 #: Seed streams and mini-batch roles of these methods (``Run.train_local`` keys; the engine's roles are 0-2).
 _STREAM_UNLAB, _STREAM_DISC = 31, 32
 _ROLE_ADV, _ROLE_DISTIL = 12, 13
-
-
-def _check_focus(value: Any, name: str) -> str:
-    if value not in FOCUS_RULES:
-        raise ValueError(f"{name} must be one of {FOCUS_RULES}, got {value!r}")
-    return value
 
 
 def _unlabelled_subset(run: Any, r: int, n: int) -> Tensor:
@@ -230,8 +224,7 @@ def consensus_focus(probs: Tensor, confidence: float, rule: str = "leave_one_out
     from itertools import combinations
     from math import factorial
 
-    if rule not in FOCUS_RULES:
-        raise ValueError(f"rule must be one of {FOCUS_RULES}, got {rule!r}")
+    check_choice(rule, "rule", FOCUS_RULES)
 
     def quality(members: tuple[int, ...]) -> Tensor:
         if not members:
@@ -290,7 +283,7 @@ class KD3A(Method):
                                  lambda v: "fixed gate" if v is None else f"gate to {v:g}",
                                  "the gate the linear rise heads for at the end of the FDA rounds, in [0, 1] "
                                  "(KD3A's code: 0.95); None: a fixed gate"),
-        "focus": Option("leave_one_out", lambda v, n: _check_focus(v, n), lambda v: f"{v} focus",
+        "focus": Option("leave_one_out", lambda v, n: check_choice(v, n, FOCUS_RULES), lambda v: f"{v} focus",
                         "consensus focus: 'leave_one_out' (the paper's Eq. 6) or 'shapley' (KD3A's code)"),
         "weight_momentum": Option(0.0, lambda v, n: check_number(v, n, 0.0, 1.0, hi_open=True),
                                   lambda v: f"momentum {v:g}",

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..common.checks import check_int, check_number
+from ..common.checks import check_choice, check_int, check_number
 from ..common.seeding import generator
 from .flat import cross_entropy
 from .methods import ClientInfo, Method, Option, RoundInfo, RoundPlan, ServerResult, register_method
@@ -91,12 +91,6 @@ def _check_lam(value: Any, name: str) -> float:
 DITTO_PROX = ("gradient", "exact")
 
 
-def _check_prox(value: Any, name: str) -> str:
-    if value not in DITTO_PROX:
-        raise ValueError(f"{name} must be one of {DITTO_PROX}, got {value!r}")
-    return value
-
-
 class Ditto(_PersonalTarget):
     """Ditto (Li, Hu, Beirami & Smith, ICML 2021; ``docs/baselines.md`` § Ditto): the global model w is FedAvg;
     the target keeps a personal model v minimising h_T(v; w) = F_T(v) + λ/2 ‖v − w‖² (paper Eq. 2) on its
@@ -118,7 +112,7 @@ class Ditto(_PersonalTarget):
 
     name, label = "ditto", "Ditto"
     options = {"lam": Option(1.0, _check_lam, lambda v: f"λ={v:g}", "proximal weight λ of Eq. 2 (≥ 0, or math.inf)"),
-               "prox": Option("gradient", _check_prox, lambda v: f"{v} prox",
+               "prox": Option("gradient", lambda v, n: check_choice(v, n, DITTO_PROX), lambda v: f"{v} prox",
                               "how the optimiser takes λ/2 ‖v − w‖²: 'gradient' (in the gradient it sees, Alg. 1) "
                               "or 'exact' (its exact proximal step after the optimiser's step)"),
                "epochs": Option(None, _check_optional_epochs, lambda v: f"{v} epochs/round",

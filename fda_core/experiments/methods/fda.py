@@ -87,26 +87,36 @@ class TargetOnly(FDAMethod):
 
 
 def _apply_rule(rule: str, projection: str, filter_negative: bool, res: RoundResults, beta: Tensor | float,
-                out: Tensor) -> None:
-    """out ← Aggr(aligned source updates, g_T, β) (``docs/theory.md`` § Rules), with the projection variant. β (a
-    number or (N,)) and the weights go to the rule as Python numbers where they are known on the host: the rule then
-    checks them there, with no device read (on a GPU, each check of a device tensor is a host synchronisation)."""
-    aligned = res.aligned_source_updates()
+                out: Tensor, align: bool = True) -> None:
+    """out ← Aggr(aligned source updates, g_T, β) (``docs/theory.md`` § Rules), with the projection variant; with
+    ``align=False`` (FedDA only) the source updates as sent. β (a number or (N,)) and the weights go to the rule as
+    Python numbers where they are known on the host: the rule then checks them there, with no device read (on a
+    GPU, each check of a device tensor is a host synchronisation)."""
+    if not align and rule != "fedda":
+        raise ValueError(f"only FedDA combines unaligned source updates, not {rule!r}")
+    sources = res.aligned_source_updates() if align else res.raw_source_updates()
     g_t, w = res.target_update, res.weight_values()
     if rule == "fedda":
-        aggregation.fedda(aligned, g_t, beta, w, out=out)
+        aggregation.fedda(sources, g_t, beta, w, out=out)
     elif not filter_negative:  # the "FedGP w/o filter" ablation (FedGP paper Table 4)
         if projection == "exact":
-            out.copy_(aggregation.fedgp_nofilter(aligned, g_t, beta, w))
+            out.copy_(aggregation.fedgp_nofilter(sources, g_t, beta, w))
         else:
-            aggregation.fedgp_nofilter(aligned, g_t, beta, w, out=out, segments=res.segment_lengths())
+            aggregation.fedgp_nofilter(sources, g_t, beta, w, out=out, segments=res.segment_lengths())
     elif projection == "exact":
-        aggregation.fedgp(aligned, g_t, beta, w, out=out)  # Proj₊ on the whole update vector
+        aggregation.fedgp(sources, g_t, beta, w, out=out)  # Proj₊ on the whole update vector
     elif projection == "exact_layerwise":  # per parameter tensor: the segments of the flat buffers
-        aggregation.fedgp(aligned, g_t, beta, w, out=out, segments=res.segment_lengths())
+        aggregation.fedgp(sources, g_t, beta, w, out=out, segments=res.segment_lengths())
     else:  # 'cosine': the papers' per-layer cosine filter (App. B.2 Eq. B.2); the updates are already
         # aligned (a_i G_i) and cos(G_T, a_i G_i) = cos(G_T, G_i), so the alignment factor here is 1
-        aggregation.fedgp_cosine(aligned, g_t, beta, w, out=out, segments=res.segment_lengths())
+        aggregation.fedgp_cosine(sources, g_t, beta, w, out=out, segments=res.segment_lengths())
+
+
+def _align_option() -> Option:
+    """FedDA's and FedDA_Auto's ``align``: False (the reference code) combines the source updates as sent."""
+    return Option(False, _check_bool, lambda v: "aligned" if v else "raw",
+                  "scale the source updates by the magnitude-alignment factor before combining them (False: as sent, "
+                  "the reference code)")
 
 
 class FedDA(FDAMethod):
@@ -118,18 +128,11 @@ class FedDA(FDAMethod):
     """
 
     name, label = "fedda", "FedDA"
-    options = {"beta": _beta_option(),
-               "align": Option(False, _check_bool, lambda v: "aligned" if v else "raw",
-                               "scale the source updates by the magnitude-alignment factor (False: as sent, "
-                               "the reference code)")}
+    options = {"beta": _beta_option(), "align": _align_option()}
     gradient_rule = "fedda"
 
     def combine(self, rnd, res, out):
-        if self.align:
-            _apply_rule("fedda", "exact", True, res, float(self.beta), out)
-        else:
-            aggregation.fedda(res.raw_source_updates(), res.target_update, float(self.beta), res.weight_values(),
-                              out=out)
+        _apply_rule("fedda", "exact", True, res, float(self.beta), out, align=self.align)
         return torch.full((res.weights.numel(),), float(self.beta), dtype=out.dtype, device=out.device)
 
 
@@ -193,10 +196,8 @@ class _AutoMethod(FDAMethod):
         else:  # the reference scripts: target parts × lr_T/lr_S, sources' per-batch updates as sent
             beta = auto_beta(res.target_parts * (res.lr_target / res.lr_source),
                              res.source_per_batch_updates(lr_scaled=False), rule=self.base)
-        if self.base == "fedda" and not self.align:  # the reference scripts' FedDA_Auto: the updates as sent
-            aggregation.fedda(res.raw_source_updates(), res.target_update, beta, res.weight_values(), out=out)
-        else:
-            _apply_rule(self.base, getattr(self, "projection", "exact"), True, res, beta, out)
+        _apply_rule(self.base, getattr(self, "projection", "exact"), True, res, beta, out,
+                    align=getattr(self, "align", True))
         return beta
 
 
@@ -208,10 +209,7 @@ class FedDAAuto(_AutoMethod):
     aligned per-batch updates either way (``lr_scaling``)."""
 
     name, label, base = "fedda_auto", "FedDA_Auto", "fedda"
-    options = {"lr_scaling": _lr_scaling_option(),  # FedDA has no projection
-               "align": Option(False, _check_bool, lambda v: "aligned" if v else "raw",
-                               "scale the source updates by the magnitude-alignment factor before combining them "
-                               "(False: as sent, the reference code)")}
+    options = {"lr_scaling": _lr_scaling_option(), "align": _align_option()}  # FedDA has no projection
     gradient_rule = "fedda"
 
 
