@@ -262,6 +262,19 @@ def test_parallel_runs_benchmark_smoke():
         torch.set_num_threads(before)
     assert set(out["seconds"]) == {1, 2} and all(t > 0 for t in out["seconds"].values())
     assert out["threads_here"] == 1 and out["ratio_over_1"][2] > 0
+    assert out["largest_difference_from_1"] == {2: 0.0}  # bit for bit on the CPU
+
+
+def test_parallel_runs_largest_difference_by_hand():
+    """The difference the GPU form of parallel_runs.py prints: the largest over numbers at the same places, wall
+    seconds left out, inf where the structures differ."""
+    diff = _load("parallel_runs").largest_difference
+    a = [{"acc": [0.5, 0.75], "seed": 0, "rule": "fedgp", "seconds": 3.0}, {"acc": [0.25], "seed": 1}]
+    b = [{"acc": [0.5, 0.625], "seed": 0, "rule": "fedgp", "seconds": 9.0}, {"acc": [0.5], "seed": 1}]
+    assert diff(a, a) == 0.0 and diff(a, b) == 0.25
+    assert diff([{"acc": [0.5]}], [{"acc": [0.5, 0.5]}]) == float("inf")
+    assert diff({"rule": "fedgp"}, {"rule": "fedavg"}) == float("inf")
+    assert diff({"x": 1}, {"y": 1}) == float("inf")
 
 
 @pytest.mark.timeout(300)

@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import linalg
@@ -46,6 +47,21 @@ def test_compact_stargan_shapes_and_parameter_count():
     assert torch.allclose(from_gan(to_gan(torch.full((2, 784), 0.25))), torch.full((2, 784), 0.25))
     with pytest.raises(ValueError, match="repeat_num"):
         StarDiscriminator(28, 2, 5, repeat_num=6)
+
+
+@given(st.lists(st.integers(0, 6), max_size=40), st.integers(7, 9))
+@settings(max_examples=40, deadline=None)
+def test_one_hot_is_torchs_one_hot(labels, c_dim):
+    t = torch.tensor(labels, dtype=torch.long)
+    out = one_hot(t, c_dim)
+    assert out.dtype == torch.get_default_dtype() and out.shape == (len(labels), c_dim)
+    assert torch.equal(out, F.one_hot(t, c_dim).to(out.dtype))
+
+
+@pytest.mark.parametrize("labels", [[0, 5], [-1, 2]])
+def test_one_hot_names_labels_out_of_range(labels):
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 5\)"):
+        one_hot(torch.tensor(labels), 5)
 
 
 def _domains():

@@ -36,10 +36,19 @@ def from_gan(x: Tensor) -> Tensor:
 
 
 def one_hot(labels: Tensor, c_dim: int) -> Tensor:
-    """(n,) int domain labels → (n, c_dim) float one-hot."""
-    out = torch.zeros(labels.shape[0], c_dim, device=labels.device)
-    out[torch.arange(labels.shape[0], device=labels.device), labels] = 1
-    return out
+    """(n,) int domain labels in [0, c_dim) → (n, c_dim) one-hot in the default float dtype.
+
+    Formed by a comparison with ``arange(c_dim)``, which never makes the host wait for the device. The former form,
+    an indexed assignment of the Python number 1, sends that number to a CUDA device by a blocking copy: the host
+    synchronisations that ``benchmarks/fedstargan.py`` counted on an H200 (10 per iteration of the loop, 2 of the
+    batched step; docs/performance.md § GPU) match its calls, two per client step and two per batched step. Labels
+    are range-checked on the CPU only, where the check costs no synchronisation."""
+    if labels.device.type == "cpu" and labels.numel():  # numpy's view: no read through torch's dispatcher either
+        values = labels.numpy()
+        if values.min() < 0 or values.max() >= c_dim:
+            raise ValueError(f"labels must lie in [0, {c_dim}) (c_dim={c_dim}), got values from {values.min()} "
+                             f"to {values.max()}")
+    return (labels.unsqueeze(1) == torch.arange(c_dim, device=labels.device)).to(torch.get_default_dtype())
 
 
 def _norm(c: int) -> nn.InstanceNorm2d:
