@@ -14,23 +14,17 @@
 # 900 s of device time, the start (~100 s) included, and a warm machine goes back after 30 s idle: plan one long call.
 # Next lease, first call (carry [".whl"] from `gpu_wheels.sh --slim`, 38 MB with POT and SurvSet; .gpudata/MNIST only
 # for inb-full, wd-full, nb04full and nb06p; timeout_s 600, DEADLINE_S=565, NB_LIMIT=330):
-#   gputest-cuda dirt stargan wd kernels agg hostwork fedcompgn parallel nb07p nb05p   (stargan: FedStarGAN's
-#   clients as one vmap-ed step and without per-step reads since the eleventh session, benchmarks/fedstargan.py; wd: notebook 06's WD, Sinkhorn on the
-#   device since the tenth session, 20 s or so; gputest-cuda: now with tests/test_translation.py's device case; the
-#   new sync counts of tensor arguments, 1 for host tensors and 3 for device tensors, the flat form through the
-#   kernels and the prepared rule's CUDA graph (tests/test_prepared.py) are unverified on a GPU; agg: flat+out now runs the layer-wise kernels with one
-#   segment, and the `prepared` forms replay them from a CUDA graph (both unmeasured); kernels: the late launch, now
-#   the default, against its `early reduction` row, and the `prepared` row; hostwork: the prepared form's host work;
-#   fedcompgn: client_batching="compile" now trains the target client through the compiled objective too (3.7-4.8x
-#   before); parallel: runs side by side on the device (benchmarks/parallel_runs.py, workers 2, 4, 8: never measured
-#   on a GPU), whose best count the notebook steps then use; nb07p: notebook 07 at paper scale, which stopped at its
-#   first run before the batched-client fix; nb05p: 327 of 649 runs took 570 s on an H200 on 2026-11-26, one at a
-#   time (those runs were made by c6b38ba and the code in the notebook's import closure changed since, so they are
-#   recomputed), now with `workers`; dirt: notebook 08's clients, loop against one batched step, both without host
-#   reads since the ninth session (benchmarks/feddirt.py; the loop took 2.6 ms per client step on an H200 before)),
+#   gputest-cuda stargan parallel nb05p nb07p   (the seventh GPU session, 2026-11-27 on an H200, measured agg, kernels,
+#   hostwork, fedcompgn, dirt, stargan and wd: docs/performance.md § GPU. stargan: FedStarGAN's one_hot no longer
+#   assigns a Python number by index, which matched the 10 and 2 host synchronisations per iteration counted there:
+#   recount; parallel: stopped there at a bit-for-bit check of workers=2 against one at a time, which GPU kernels do
+#   not promise; it now runs the one-at-a-time sweep twice and prints the differences, and its best count feeds the
+#   notebook steps; nb05p: 327 of 649 runs took 570 s one at a time on an H200 (sixth session); nb07p: 75 of its
+#   156-162 runs took 388 s at 4 workers (seventh session): carry .gpustore from gpu_unpack.sh to resume within a
+#   lease; runs made by other code are recomputed),
 #   then the paper-scale notebooks one per call with NB_LIMIT, carrying .gpustore (nb08p: 17 min extrapolated before
-#   the ninth session's changes, now batched clients and `workers`; nb06p: notebook 06 at the paper's sizes, new in the
-#   tenth session, never timed on a device: carry .gpudata/MNIST and .gpustore, perhaps two calls).
+#   the ninth session's changes, now batched clients, 2.75x the loop per iteration on an H200, and `workers`; nb06p:
+#   notebook 06 at the paper's sizes, never timed on a device: carry .gpudata/MNIST and .gpustore, perhaps two calls).
 # The notebook steps 04, 05, 07 and 08 compute WORKERS runs side by side (-p workers; default: the best count of this
 # call's `parallel` step, else 4).
 # The engine's notebook steps (04, 05, 07) pass BATCHING as -p client_batching (default auto: eager vmap-ed clients);
