@@ -205,6 +205,33 @@ def test_per_method_config_keys_reach_only_their_methods_runs():
             federated.sweep_configs(BASE, ["fedgp"], per_method=bad)
 
 
+def test_per_trial_data_seed_redraws_each_trials_data_set():
+    """data_seed='per_trial' sets the data set's seed to the trial's seed in every run (the DomainBed scripts'
+    --seed), over the base's and a variant's other data set options; 'fixed' leaves them as given. A data set
+    without a seed option, a seed already set, or another choice is refused by name before anything runs."""
+    base = {**BASE, "dataset": "ColoredMNIST", "dataset_options": {"image_size": 14}}
+    variants = [{}, {"dataset": "RotatedMNIST", "dataset_options": {"angles": [0, 30]}}]
+    configs, labels = federated.sweep_configs(base, ["fedgp", "source_only"], seeds=[3, 4, 5], variants=variants,
+                                              data_seed="per_trial")
+    got = [(c["dataset"], c["rule"], c["seed"], c["dataset_options"]) for c in configs]
+    assert got[:3] == [("ColoredMNIST", "fedgp", s, {"image_size": 14, "seed": s}) for s in (3, 4, 5)]
+    assert got[-3:] == [("RotatedMNIST", "source_only", s, {"angles": [0, 30], "seed": s}) for s in (3, 4, 5)]
+    assert [lab["trial"] for lab in labels] == [0, 1, 2] * 4
+    fixed, _ = federated.sweep_configs(base, ["fedgp"], seeds=[3, 4])
+    assert [c["dataset_options"] for c in fixed] == [{"image_size": 14}] * 2
+    assert base["dataset_options"] == {"image_size": 14}  # not mutated
+    # what the runs then build: other shuffles, label noise and colours per trial
+    from fda_core.data.datasets import get_dataset
+    first, second = (get_dataset(c["dataset"], **c["dataset_options"]) for c in configs[:2])
+    assert not torch.equal(first.datasets[0][1], second.datasets[0][1])
+    with pytest.raises(ValueError, match="data_seed='per_trial'.*'MNIST' takes none"):
+        federated.sweep_configs({**BASE, "dataset": "MNIST"}, ["fedgp"], data_seed="per_trial")
+    with pytest.raises(ValueError, match=r"data_seed='per_trial'.*already sets it \(7\)"):
+        federated.sweep_configs(base, ["fedgp"], variants=[{"dataset_options": {"seed": 7}}], data_seed="per_trial")
+    with pytest.raises(ValueError, match="data_seed"):
+        federated.sweep_configs(base, ["fedgp"], data_seed="per_run")
+
+
 def test_a_variant_carries_its_own_per_method_keys_and_method_options():
     """A variant's ``per_method`` reaches that variant's runs only (over the call's ``per_method``, under the
     variant's own keys); its ``options`` set method options in that variant's runs, whose label then says so; bad

@@ -185,6 +185,9 @@ def test_real_data_notebook_numbers(out_root):
     # each source trains on a seeded 80% of its domain, the reference's in-split (docs/reproduction.md row 15)
     same = next(line for line in read_note(figures / "coloredmnist_table.csv") if line.startswith("same for every run"))
     assert "source_fraction=0.8," in same
+    # each trial draws its own data set, from its seed (data_seed="per_trial", docs/reproduction.md row 16)
+    assert "'seed': 0" in same or "seed: 0" in same, same
+    assert "drawn anew per trial from the trial's seed" in "\n".join(read_note(figures / "coloredmnist_table.csv"))
     # the personalisation baselines (docs/baselines.md) beside the paper's Table-1 rows
     base = _read(figures / "coloredmnist_baselines_table.csv").set_index("method")
     assert list(base.index) == ["Ditto", "FedRep", "APFL", "KNN-per"]

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..common.checks import check_choice
 from ..common.checks import is_int as _is_int
 from ..common.checks import is_number as _is_num
 from ..common.devices import resolve_device
@@ -157,10 +158,37 @@ def make_config(**config: Any) -> dict[str, Any]:
     return c
 
 
+#: How the trials of a sweep draw their data set (:func:`sweep_configs`' ``data_seed``).
+DATA_SEEDS = ("fixed", "per_trial")
+
+
+def _check_per_trial_data_seed(base: Mapping[str, Any], variants: Sequence[Mapping[str, Any]]) -> None:
+    """``data_seed="per_trial"`` sets the data set's ``seed`` option: the data set of every variant must take one,
+    and none may set it already (ValueError naming ``data_seed`` otherwise, before anything runs)."""
+    import inspect
+
+    from ..data.datasets import dataset_factory, list_datasets
+
+    for v in variants:
+        name = v.get("dataset", base.get("dataset", DEFAULT_CONFIG["dataset"]))
+        options = v.get("dataset_options", base.get("dataset_options", {}))  # a variant's replace the base's
+        if dataset_factory(name) is None:
+            list_datasets()  # registers the data sets defined in their own modules
+        factory = dataset_factory(name)
+        if factory is None:
+            continue  # an unknown name: make_config names it
+        if "seed" not in inspect.signature(factory).parameters:
+            raise ValueError(f"data_seed='per_trial' redraws the data set per trial through its seed option, but "
+                             f"dataset {name!r} takes none; use data_seed='fixed'")
+        if "seed" in options:
+            raise ValueError(f"data_seed='per_trial' sets dataset_options['seed'] to each trial's seed; "
+                             f"dataset_options already sets it ({options['seed']!r}): drop it or use data_seed='fixed'")
+
+
 def sweep_configs(base: Mapping[str, Any], methods: Sequence[str], *, targets: Sequence[Any] = (None,),
                   seeds: Sequence[int] = (0,), variants: Sequence[Mapping[str, Any]] = ({},),
                   tuned: Mapping[Any, Mapping[str, Mapping[str, Any]]] | None = None,
-                  per_method: Mapping[str, Mapping[str, Any]] | None = None
+                  per_method: Mapping[str, Mapping[str, Any]] | None = None, data_seed: str = "fixed"
                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Configs and labels of a grid: every variant (config overrides, e.g. {"dataset_options":
     {"noise_std": 0.4}}) × target × method × seed (trial). ``methods`` are method specs (``"fedgp"``,
@@ -181,8 +209,18 @@ def sweep_configs(base: Mapping[str, Any], methods: Sequence[str], *, targets: S
     A variant may carry its own ``"per_method"`` (same form, for that variant's runs only, over the call's) and
     ``"options"`` (canonical method name → method options set in that variant's runs, e.g. the noniid reference
     scripts' Target only after the warm-up, ``{"target_only": {"warmup": True}}``); a method run with other
-    options is labelled by its own display label ("Target only (after warm-up)"), so the tables never hide them."""
+    options is labelled by its own display label ("Target only (after warm-up)"), so the tables never hide them.
+
+    ``data_seed`` (:data:`DATA_SEEDS`): ``"fixed"`` builds every trial's data set with the ``dataset_options`` as
+    given (one draw of the data for all trials: the trials differ in their splits, initialisation and mini-batches
+    only); ``"per_trial"`` also draws the data set anew per trial, its ``seed`` option set to the trial's seed, as the
+    FedGP papers' DomainBed scripts do (``--seed $seed --trial_seed $seed``, which reshuffle, relabel and recolour
+    ColoredMNIST per trial; ``docs/reproduction.md`` row 16). ``"per_trial"`` needs a data set that takes a ``seed``
+    option and ``dataset_options`` without one."""
     resolved = [get_method(m) for m in methods]  # validates every spec before anything runs
+    check_choice(data_seed, "data_seed", DATA_SEEDS)
+    if data_seed == "per_trial":
+        _check_per_trial_data_seed(base, variants)
     allowed = set(DEFAULT_CONFIG) - {"rule", "method_options", "target", "seed"}
 
     def checked(pm: Mapping[str, Mapping[str, Any]] | None, where: str) -> dict[str, dict[str, Any]]:
@@ -224,8 +262,11 @@ def sweep_configs(base: Mapping[str, Any], methods: Sequence[str], *, targets: S
                                                  else f"{k}={v}" for k, v in tuned[target][method.name].items())
                                if method.name in tuned.get(target, {}) else ""} if tuned else {}
                 for trial, seed in enumerate(seeds):
-                    configs.append({**base, **own, **var, "target": target, "seed": seed, "rule": ran.name,
-                                    "method_options": ran.option_values})
+                    config = {**base, **own, **var, "target": target, "seed": seed, "rule": ran.name,
+                              "method_options": ran.option_values}
+                    if data_seed == "per_trial":
+                        config["dataset_options"] = {**config.get("dataset_options", {}), "seed": seed}
+                    configs.append(config)
                     labels.append({"method": method.display_label, "trial": trial, **tuned_label, **flat})
     return configs, labels
 

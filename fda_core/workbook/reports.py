@@ -121,6 +121,7 @@ def compare_methods(
     tuned: Mapping[Any, Mapping[str, Mapping[str, Any]]] | None = None,
     per_method: Mapping[str, Mapping[str, Any]] | None = None,
     workers: int = 1,
+    data_seed: str = "fixed",
 ) -> Comparison:
     """Run every (variant × target × method × seed) through the result store and report it.
 
@@ -152,11 +153,14 @@ def compare_methods(
         timings_stem: write the runs' wall-clock seconds to ``executed/timings/<timings_stem>/<name>.csv``
             (never into the result CSVs); with ``quick`` (a quick run) under ``executed/quick/timings/``.
         workers: runs computed side by side, each in its own process (:func:`fda_core.experiments.federated.run_many`).
+        data_seed: ``"fixed"`` (one draw of the data set for every trial) or ``"per_trial"`` (the data set drawn
+            anew per trial from the trial's seed, as the FedGP papers' scripts;
+            :func:`fda_core.experiments.federated.sweep_configs`).
     """
     if value not in STATISTICS:
         raise ValueError(f"value must be one of {sorted(STATISTICS)}, got {value!r}")
     configs, labels = sweep_configs(base, methods, targets=targets, seeds=seeds, variants=variants, tuned=tuned,
-                                    per_method=per_method)
+                                    per_method=per_method, data_seed=data_seed)
     if store is not None and not isinstance(store, ResultStore):
         store = ResultStore(store)
     results = run_many(configs, store=store, experiment=experiment, labels=labels, progress=progress, workers=workers)

