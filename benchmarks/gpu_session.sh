@@ -29,7 +29,7 @@
 # call's `parallel` step, else 4).
 # The engine's notebook steps (04, 05, 07) pass BATCHING as -p client_batching (default auto: eager vmap-ed clients);
 # BATCHING=compile compiles them (CUDA graphs), which pays for a run of R rounds when R exceeds the break-even
-# rounds that this call's fedcomp / fedcompgn step prints (compiling costs its first rounds once per run).
+# rounds that this call's fedcomp / fedcompgn step prints (compiling costs its first rounds once per worker process).
 # The notebook steps keep their finished runs in .gpustore (STORE), which comes back as store.tgz inside the session's
 # archive: `bash benchmarks/gpu_unpack.sh FILES_AT` unpacks both here (logs to results/gpu-runs/, the store into
 # .gpustore), and carrying .gpustore lets the next call, or the next lease, resume where this one stopped (runs are
