@@ -723,8 +723,10 @@ def run_many(configs: Iterable[Mapping[str, Any]], *, store: Any = None, experim
 
     ``workers`` (≥ 1): the runs to compute are computed that many at a time, each in its own spawned process
     (:mod:`fda_core.experiments.worker_pool`: on a GPU launch-bound runs share the device; on a CPU each worker
-    gets ``threads // workers`` torch threads); results are saved as they finish and returned in order, the same
-    whatever ``workers`` on a GPU, and on a CPU at equal thread counts. Configs that repeat a run of the list
+    gets ``threads // workers`` torch threads); results are saved as they finish and returned in order. On a CPU they
+    are the same bits whatever ``workers`` at equal thread counts; on a GPU, whose convolution kernels are not
+    deterministic by default, they agree to the device's run-to-run noise (``benchmarks/parallel_runs.py`` prints
+    both; docs/architecture.md § Runs side by side). Configs that repeat a run of the list
     (same store key) are computed once when there is a store, and read back from it, as one after another.
     """
     from ..common.store import ResultStore
