@@ -90,7 +90,7 @@ def jupyterlab(tmp_path_factory):
         server.stop()
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1500)
 @pytest.mark.parametrize("number", list(NOTEBOOK_PANELS))
 def test_notebook_panels_in_jupyterlab(browser, jupyterlab, number):
     server, root = jupyterlab
@@ -105,10 +105,12 @@ def test_notebook_panels_in_jupyterlab(browser, jupyterlab, number):
         page.get_by_role("menuitem", name="Run", exact=True).click()
         page.get_by_text("Run All Cells", exact=True).click()
         expected = NOTEBOOK_PANELS[number]
-        page.wait_for_function(f"document.querySelectorAll('.fda-panel').length >= {expected}", timeout=300_000)
+        # hang bounds, not timings: alone on the 2-core VM the three quick notebooks take 162 s in all; notebook 02 ran past
+        # 300 s there with two other notebooks computing beside it (2026-11-27)
+        page.wait_for_function(f"document.querySelectorAll('.fda-panel').length >= {expected}", timeout=600_000)
         # every cell finished (no "[*]" prompt left)
         page.wait_for_function("![...document.querySelectorAll('.jp-InputPrompt')].some(p => p.innerText.includes('*'))",
-                               timeout=300_000)
+                               timeout=600_000)
         errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'] .ename, "
                               ".jp-RenderedText[data-mime-type='application/vnd.jupyter.error']")
         assert errors.count() == 0, errors.first.inner_text()
