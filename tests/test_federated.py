@@ -12,6 +12,7 @@ from torch import nn
 
 from fda_core.common.store import ResultStore
 from fda_core.core import aggregation
+from fda_core.data.datasets import get_dataset
 from fda_core.experiments import federated, methods, tables
 from fda_core.experiments.federated import make_config, run_experiment, run_many
 from fda_core.experiments.flat import FlatAdam, FlatModel
@@ -221,11 +222,20 @@ def test_per_trial_data_seed_redraws_each_trials_data_set():
     assert [c["dataset_options"] for c in fixed] == [{"image_size": 14}] * 2
     assert base["dataset_options"] == {"image_size": 14}  # not mutated
     # what the runs then build: other shuffles, label noise and colours per trial
-    from fda_core.data.datasets import get_dataset
     first, second = (get_dataset(c["dataset"], **c["dataset_options"]) for c in configs[:2])
     assert not torch.equal(first.datasets[0][1], second.datasets[0][1])
     with pytest.raises(ValueError, match="data_seed='per_trial'.*'MNIST' takes none"):
         federated.sweep_configs({**BASE, "dataset": "MNIST"}, ["fedgp"], data_seed="per_trial")
+    # a factory that passes its keyword options on may take a seed
+    from fda_core.data.datasets import _REGISTRY, register_dataset
+
+    register_dataset("_PassesOptions", lambda **options: get_dataset("ColoredMNIST", **options))
+    try:
+        configs, _ = federated.sweep_configs({**BASE, "dataset": "_PassesOptions"}, ["fedgp"], seeds=[2],
+                                             data_seed="per_trial")
+        assert configs[0]["dataset_options"] == {"seed": 2}
+    finally:
+        _REGISTRY.pop("_PassesOptions")
     with pytest.raises(ValueError, match=r"data_seed='per_trial'.*already sets it \(7\)"):
         federated.sweep_configs(base, ["fedgp"], variants=[{"dataset_options": {"seed": 7}}], data_seed="per_trial")
     with pytest.raises(ValueError, match="data_seed"):

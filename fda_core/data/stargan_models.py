@@ -38,11 +38,12 @@ def from_gan(x: Tensor) -> Tensor:
 def one_hot(labels: Tensor, c_dim: int) -> Tensor:
     """(n,) int domain labels in [0, c_dim) → (n, c_dim) one-hot in the default float dtype.
 
-    Formed by a comparison with ``arange(c_dim)``, which never makes the host wait for the device. The former form,
-    an indexed assignment of the Python number 1, sends that number to a CUDA device by a blocking copy: the host
-    synchronisations that ``benchmarks/fedstargan.py`` counted on an H200 (10 per iteration of the loop, 2 of the
-    batched step; docs/performance.md § GPU) match its calls, two per client step and two per batched step. Labels
-    are range-checked on the CPU only, where the check costs no synchronisation."""
+    Formed by a comparison with ``arange(c_dim)``, which never makes the host wait for the device. The former form
+    was an indexed assignment of the Python number 1, which torch makes a host tensor and copies to a CUDA device.
+    The host synchronisations that ``benchmarks/fedstargan.py`` counted on an H200 (10 per iteration of the loop, 2
+    of the batched step; docs/performance.md § GPU) match its calls, two per client step and two per batched step
+    (not yet recounted with this form). Labels are range-checked on the CPU only, where the check costs no
+    synchronisation."""
     if labels.device.type == "cpu" and labels.numel():  # numpy's view: no read through torch's dispatcher either
         values = labels.numpy()
         if values.min() < 0 or values.max() >= c_dim:

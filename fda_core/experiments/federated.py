@@ -177,7 +177,8 @@ def _check_per_trial_data_seed(base: Mapping[str, Any], variants: Sequence[Mappi
         factory = dataset_factory(name)
         if factory is None:
             continue  # an unknown name: make_config names it
-        if "seed" not in inspect.signature(factory).parameters:
+        params = inspect.signature(factory).parameters
+        if "seed" not in params and not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
             raise ValueError(f"data_seed='per_trial' redraws the data set per trial through its seed option, but "
                              f"dataset {name!r} takes none; use data_seed='fixed'")
         if "seed" in options:
