@@ -60,7 +60,7 @@ browser-setup:
 
 ## tests (unit, property, Monte-Carlo, CLI, notebooks, real browser)
 test: setup browser-setup data $(TRITON_STAMP)
-	FDA_TRITON_DIR=$(TRITON_DIR) $(PY) -m pytest -q
+	FDA_TRITON_DIR=$(TRITON_DIR) $(PY) -m pytest -q --durations=25  # the 25 slowest tests at the end: where CI's time goes
 
 test-fast: setup data $(TRITON_STAMP)
 	FDA_TRITON_DIR=$(TRITON_DIR) $(PY) -m pytest -q -m "not slow"
