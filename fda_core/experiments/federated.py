@@ -169,18 +169,18 @@ def _check_per_trial_data_seed(base: Mapping[str, Any], variants: Sequence[Mappi
 
     from ..data.datasets import dataset_factory, list_datasets
 
+    list_datasets()  # registers the data sets defined in their own modules
     for v in variants:
         name = v.get("dataset", base.get("dataset", DEFAULT_CONFIG["dataset"]))
         options = v.get("dataset_options", base.get("dataset_options", {}))  # a variant's replace the base's
-        if dataset_factory(name) is None:
-            list_datasets()  # registers the data sets defined in their own modules
         factory = dataset_factory(name)
         if factory is None:
             continue  # an unknown name: make_config names it
-        params = inspect.signature(factory).parameters
-        if "seed" not in params and not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        try:  # Python's own rule for whether the factory takes seed= (a parameter, or keyword options passed on)
+            inspect.signature(factory).bind_partial(seed=0)
+        except TypeError:
             raise ValueError(f"data_seed='per_trial' redraws the data set per trial through its seed option, but "
-                             f"dataset {name!r} takes none; use data_seed='fixed'")
+                             f"dataset {name!r} takes none; use data_seed='fixed'") from None
         if "seed" in options:
             raise ValueError(f"data_seed='per_trial' sets dataset_options['seed'] to each trial's seed; "
                              f"dataset_options already sets it ({options['seed']!r}): drop it or use data_seed='fixed'")
