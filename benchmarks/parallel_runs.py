@@ -13,7 +13,8 @@ whose convolution kernels are not bit-reproducible, the sweep one at a time runs
 count's largest difference from it is printed beside that of the second sweep, the scale of run-to-run noise there.
 Time: wall seconds of the whole ``run_many`` call, process start, imports and data loading in the workers
 included (what a user waits for); CUDA is synchronised by the runs' own evaluations. Printed: seconds per
-sweep and the ratio (workers = 1) / (workers = k). No timing is asserted anywhere.
+sweep, the ratio (workers = 1) / (workers = k), and the runs in flight on average (the runs' own seconds summed over
+the wall: how far they overlapped once started; :func:`runs_in_flight`). No timing is asserted anywhere.
 
 On the 2-core CPU, 2 workers can at best halve the time of runs that use one core each. On a GPU, runs of a
 small model are launch-bound, so several processes can share the device; the ratio there says how much.
@@ -68,6 +69,15 @@ def largest_difference(a: object, b: object) -> float:
     return 0.0 if a == b else float("inf")
 
 
+def runs_in_flight(results: list[dict], wall_seconds: float) -> float:
+    """The runs' own seconds (each run's ``seconds``: its rounds, without the worker's start-up) summed and divided
+    by the sweep's wall seconds: how many runs were computing at once on average. Below ``workers`` by the share of
+    the wall spent starting processes and loading data; on a notebook's many long runs that share shrinks, so this
+    says how a sweep of short runs under-states the notebooks' gain (2026-11-27, H200: this sweep 1.06x at 8
+    workers, notebook 05's paper-scale runs 6.2 in flight)."""
+    return sum(float(r["seconds"]) for r in results) / wall_seconds
+
+
 def sweep(device: str, runs: int, rounds: int, workers: int) -> tuple[float, list[dict]]:
     """Wall seconds of ``run_many`` over ``runs`` seeds with ``workers``, and its results."""
     configs = [dict(SETTING, rounds=rounds, seed=s, device=device) for s in range(runs)]
@@ -96,9 +106,9 @@ def main(argv: list[str] | None = None) -> dict:
     if device.type == "cpu":  # one thread per run, here and in every worker, so that all compute the same bits
         torch.set_num_threads(1)
     threads = torch.get_num_threads()
-    seconds, differences = {}, {}
+    seconds, differences, in_flight = {}, {}, {}
     base_time, base = sweep(str(device), args.runs, args.rounds, 1)
-    seconds[1] = base_time
+    seconds[1], in_flight[1] = base_time, runs_in_flight(base, base_time)
     if device.type == "cuda":
         # cuDNN's and cuBLAS's kernels are not bit-reproducible (atomic adds, algorithms chosen per process): on a GPU
         # the same sweep one at a time, run again here, says how far runs differ with nothing else changed, the
@@ -111,11 +121,11 @@ def main(argv: list[str] | None = None) -> dict:
         if device.type == "cpu" and _strip(res) != _strip(base):
             raise SystemExit(f"workers={k} gave other results than workers=1 (thread counts differ?)")
         differences[k] = largest_difference(json.loads(_strip(res)), json.loads(_strip(base)))
-        seconds[k] = t
+        seconds[k], in_flight[k] = t, runs_in_flight(res, t)
     out = {"device": str(device), "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
            "runs": args.runs, "rounds": args.rounds, "threads_here": threads, "seconds": seconds,
            "ratio_over_1": {k: seconds[1] / t for k, t in seconds.items() if k != 1},
-           "largest_difference_from_1": differences}
+           "largest_difference_from_1": differences, "runs_in_flight": in_flight}
     print(f"{args.runs} runs of {args.rounds} rounds (noisy features, small_cnn, FedGP cosine) on {out['device_name']}; "
           f"this process on {threads} thread(s)")
     for k, t in seconds.items():
@@ -123,7 +133,8 @@ def main(argv: list[str] | None = None) -> dict:
         if k in differences:
             what = "the same sweep again" if k == 1 else "its results"
             extra += f"   largest difference of {what} from workers=1: {differences[k]:.3g}"
-        print(f"  workers={k}: {t:7.1f} s for the sweep, {t / args.runs:6.2f} s per run{extra}")
+        print(f"  workers={k}: {t:7.1f} s for the sweep, {t / args.runs:6.2f} s per run, "
+              f"{in_flight[k]:.2f} runs in flight on average{extra}")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
     return out

@@ -264,6 +264,15 @@ def test_parallel_runs_benchmark_smoke():
     assert set(out["seconds"]) == {1, 2} and all(t > 0 for t in out["seconds"].values())
     assert out["threads_here"] == 1 and out["ratio_over_1"][2] > 0
     assert out["largest_difference_from_1"] == {2: 0.0}  # bit for bit on the CPU
+    # the runs' own seconds over the wall: at most the worker count (runs cannot overlap more), above 0
+    assert set(out["runs_in_flight"]) == {1, 2} and 0 < out["runs_in_flight"][1] <= 1 + 1e-9
+    assert 0 < out["runs_in_flight"][2] <= 2 + 1e-9
+
+
+def test_runs_in_flight_by_hand():
+    """Three runs of 2, 3 and 5 s computed in a sweep of 4 s wall: 2.5 runs in flight on average."""
+    in_flight = _load("parallel_runs").runs_in_flight
+    assert in_flight([{"seconds": 2.0}, {"seconds": 3.0}, {"seconds": 5.0}], 4.0) == 2.5
 
 
 def test_parallel_runs_largest_difference_by_hand():
