@@ -73,3 +73,15 @@ def test_notebook_05_refuses_counts_above_the_pool_by_name(tmp_path):
     assert got["error"] == "ValueError" and "target_sample_counts" in got["message"] and "250" in got["message"], got
     got = derived(nb, tmp_path, n_target_labeled=0)
     assert got["error"] == "ValueError" and "n_target_labeled" in got["message"], got
+
+
+def test_target_train_pool_is_labeled_splits_pool():
+    """The pool the notebooks check counts against is labeled_split's: the largest n_labeled it accepts."""
+    from fda_core.data.datasets import get_dataset, labeled_split
+    from fda_core.workbook.reports import target_train_pool
+
+    data = get_dataset("NoisyFeatures")  # MNIST-5k: 10 clients of 500
+    assert target_train_pool(data, 0.5) == 250 and target_train_pool(data, 0.8) == 400
+    labeled_split(500, n_labeled=250, train_fraction=0.5)  # the pool's size is accepted, one more is not
+    with pytest.raises(ValueError, match=r"\[1, 250\]"):
+        labeled_split(500, n_labeled=251, train_fraction=0.5)

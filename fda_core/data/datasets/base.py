@@ -153,13 +153,6 @@ def get_dataset(name: str, **options) -> FDADataset:
     return factory(**options)
 
 
-def train_pool_size(n: int, train_fraction: float) -> int:
-    """How many of a target environment's ``n`` examples form its train pool, from which the labelled
-    target examples are drawn: ``round(train_fraction * n)`` (FedGP paper App. B.6; :func:`labeled_split`).
-    A count of labelled examples must lie in [1, this]."""
-    return int(round(train_fraction * n))
-
-
 def labeled_split(
     n: int,
     *,
@@ -181,7 +174,7 @@ def labeled_split(
         raise ValueError(f"n must be an integer >= 1, got {n!r}")
     if not (isinstance(train_fraction, (int, float)) and 0 < train_fraction <= 1):
         raise ValueError(f"train_fraction must be in (0, 1], got {train_fraction!r}")
-    n_train = train_pool_size(n, train_fraction)
+    n_train = int(round(train_fraction * n))
     if n_train < 1:
         raise ValueError(f"train_fraction={train_fraction} of n={n} leaves an empty train pool; increase either")
     if (n_labeled is None) == (fraction is None):
