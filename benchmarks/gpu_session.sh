@@ -12,21 +12,17 @@
 # One call can carry the notebook stack, POT and full MNIST: bash benchmarks/gpu_wheels.sh --slim --no-survset (39 MB),
 # bash benchmarks/gpu_data.sh mnist, carry [".whl", ".gpudata/MNIST"] (2026-11-26: 60 MiB with the tree). A lease is
 # 900 s of device time, the start (~100 s) included, and a warm machine goes back after 30 s idle: plan one long call.
-# Next lease, first call (carry [".whl"] from `gpu_wheels.sh --slim`, 38 MB with POT and SurvSet; .gpudata/MNIST only
-# for inb-full, wd-full, nb04full and nb06p; timeout_s 600, DEADLINE_S=565, NB_LIMIT=330):
-#   gputest-cuda stargan parallel nb05p nb07p   (the seventh GPU session, 2026-11-27 on an H200, measured agg, kernels,
-#   hostwork, fedcompgn, dirt, stargan and wd: docs/performance.md § GPU. stargan: FedStarGAN's one_hot no longer
-#   assigns a Python number by index, which matched the 10 and 2 host synchronisations per iteration counted there:
-#   recount; parallel: stopped there at a bit-for-bit check of workers=2 against one at a time, which GPU kernels do
-#   not promise; it now runs the one-at-a-time sweep twice and prints the differences, and its best count feeds the
-#   notebook steps; nb05p: 327 of 649 runs took 570 s one at a time on an H200 (sixth session); nb07p: 75 of its
-#   156-162 runs took 388 s at 4 workers (seventh session): carry .gpustore from gpu_unpack.sh to resume within a
-#   lease; runs made by other code are recomputed),
+# Next lease, first call (carry [".whl", ".gpustore"]: the wheels from `gpu_wheels.sh --slim`, and the store that
+# gpu_unpack.sh filled on 2026-11-27 in the eighth GPU session: 404 of notebook 05's and 81 of notebook 07's paper-scale
+# runs, made by the code of 65ffabf, whose federated import closure b771e8e keeps; a change there recomputes them;
+# timeout_s 600, DEADLINE_S=565, NB_LIMIT=330):
+#   nb05p nb07p   (notebook 05 then has its 195 ablation runs left, about 2 min at the 8 workers'
+#   1.8 runs per second; notebook 07 its auxiliary-task rows, about 5-6 min at 81 runs per 330 s; 8 workers kept 5-6
+#   runs in flight in those notebooks, docs/performance.md § GPU; the `parallel` step's short sweep under-states it),
 #   then the paper-scale notebooks one per call with NB_LIMIT, carrying .gpustore (nb08p: 17 min extrapolated before
 #   the ninth session's changes, now batched clients, 2.75x the loop per iteration on an H200, and `workers`; nb06p:
 #   notebook 06 at the paper's sizes, never timed on a device: carry .gpudata/MNIST and .gpustore, perhaps two calls).
-# The notebook steps 04, 05, 07 and 08 compute WORKERS runs side by side (-p workers; default: the best count of this
-# call's `parallel` step, else 4).
+# The notebook steps 04, 05, 07 and 08 compute WORKERS runs side by side (-p workers; default 8).
 # The engine's notebook steps (04, 05, 07) pass BATCHING as -p client_batching (default auto: eager vmap-ed clients);
 # BATCHING=compile compiles them (CUDA graphs), which pays for a run of R rounds when R exceeds the break-even
 # rounds that this call's fedcomp / fedcompgn step prints (compiling costs its first rounds once per worker process).
@@ -58,10 +54,9 @@ step() {  # step NAME LIMIT_S COMMAND...
   printf '=== %s rc=%s wall=%ss\n' "$name" "$rc" "$(( (t1 - t0) / 1000000000 ))" | tee -a "$OUT/steps.txt"
   tail -n 25 "$OUT/$name.log"
 }
-workers() {  # the notebooks' `workers`: $WORKERS, else the fastest count of this call's parallel step, else 4
-  if [ -n "${WORKERS:-}" ]; then echo "$WORKERS"; return; fi
-  python3 -c "import json, sys; r = json.load(open(sys.argv[1]))['ratio_over_1']; k = max(r, key=r.get); print(k if r[k] > 1 else 1)" \
-    "$OUT/parallel.json" 2>/dev/null || echo 4
+workers() {  # the notebooks' `workers`: $WORKERS, else 8 (eighth GPU session, H200: 8 workers kept 5-6 runs in flight in
+  # notebooks 05 and 07; the `parallel` step's short sweep, dominated by the workers' start-up, is not a guide to it)
+  echo "${WORKERS:-8}"
 }
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import torch, sys; print(sys.version.split()[0], torch.__version__, torch.cuda.get_device_name(0))" | tee -a "$OUT/gpu.txt"
