@@ -14,7 +14,8 @@ import pytest
 from fda_core.workbook.parameters import notebook_parameters
 
 ROOT = Path(__file__).resolve().parent.parent
-PAPER_SCALE = [p for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")) if "paper_scale" in notebook_parameters(p)]
+PAPER_SCALE = [p for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+               if "paper_scale" in notebook_parameters(p)]
 #: notebooks whose paper scale needs the full data set under data_root: without one they must refuse at once
 NEEDS_DATA_ROOT = {"04_real_data", "06_inb_translation"}
 

@@ -29,7 +29,8 @@ from ..experiments.tables import (beta_table, format_value, results_table, setti
 from ..experiments.worker_pool import check_workers
 from ..viz.plotting import plot_accuracy_vs_shift, plot_beta_grid, plot_method_bars, save_figure
 
-__all__ = ["Comparison", "compare_methods", "target_train_pool", "auto_beta_report", "SourceSweep", "source_sweep_report", "STATISTICS"]
+__all__ = ["Comparison", "compare_methods", "target_train_pool", "auto_beta_report", "SourceSweep", "source_sweep_report",
+           "STATISTICS"]
 
 #: The per-run statistics a comparison can tabulate (columns of
 #: :func:`fda_core.experiments.tables.results_table`), as the CSV notes describe them.
