@@ -86,3 +86,16 @@ def test_target_train_pool_is_labeled_splits_pool():
     labeled_split(500, n_labeled=250, train_fraction=0.5)  # the pool's size is accepted, one more is not
     with pytest.raises(ValueError, match=r"\[1, 250\]"):
         labeled_split(500, n_labeled=251, train_fraction=0.5)
+
+
+def test_counts_within_pool_by_hand(capsys):
+    """Counts are checked against the pool by name; leave_out drops those above it (printing them) and checks the rest."""
+    from fda_core.workbook.reports import counts_within_pool
+
+    assert counts_within_pool([25, 100, 250], 250, "target_sample_counts") == [25, 100, 250]
+    with pytest.raises(ValueError, match=r"target_sample_counts must be an integer in \[1, 250\], got 500"):
+        counts_within_pool([100, 500], 250, "target_sample_counts")
+    assert counts_within_pool([100, 200, 500, 1000], 250, "target_sample_counts", leave_out=True) == [100, 200]
+    assert "[500, 1000]" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="n_target_labeled"):  # below the range is refused even when leaving out
+        counts_within_pool([0], 250, "n_target_labeled", leave_out=True)

@@ -17,6 +17,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from ..common.checks import check_int
 from ..common.files import write_table, write_timings
 from ..common.store import ResultStore
 from ..data.datasets import FDADataset, labeled_split
@@ -29,7 +30,7 @@ from ..experiments.tables import (beta_table, format_value, results_table, setti
 from ..experiments.worker_pool import check_workers
 from ..viz.plotting import plot_accuracy_vs_shift, plot_beta_grid, plot_method_bars, save_figure
 
-__all__ = ["Comparison", "compare_methods", "target_train_pool", "auto_beta_report", "SourceSweep", "source_sweep_report",
+__all__ = ["Comparison", "compare_methods", "target_train_pool", "counts_within_pool", "auto_beta_report", "SourceSweep", "source_sweep_report",
            "STATISTICS"]
 
 #: The per-run statistics a comparison can tabulate (columns of
@@ -209,6 +210,19 @@ def target_train_pool(dataset: FDADataset, train_fraction: float) -> int:
     labeled, unlabeled, _ = labeled_split(dataset.env_sizes()[dataset.default_target], n_labeled=1,
                                           train_fraction=train_fraction)
     return len(labeled) + len(unlabeled)
+
+
+def counts_within_pool(counts: Sequence[int], pool: int, name: str, *, leave_out: bool = False) -> list[int]:
+    """``counts`` of labelled target examples checked against the target's train pool (:func:`target_train_pool`):
+    each must be an integer in [1, ``pool``], else ValueError naming ``name`` and the range, before any run starts.
+    ``leave_out=True`` (a paper-scale setting whose counts some data sets cannot hold, e.g. the FedGP paper's 500 and
+    1,000 against MNIST-5k's pool of 250) drops the counts above the pool instead and prints which; the rest is
+    checked as before. Returns the counts kept, in order."""
+    larger = [n for n in counts if not isinstance(n, bool) and isinstance(n, int) and n > pool]
+    if leave_out and larger:
+        print(f"{name}: the counts {larger} exceed the target's train pool of {pool} images here and are left out")
+        counts = [n for n in counts if n not in larger]
+    return [check_int(n, name, 1, pool) for n in counts]
 
 
 def ordering_lines(means: pd.DataFrame, focus: str = "FedGP") -> list[str]:
