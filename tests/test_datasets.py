@@ -427,11 +427,23 @@ def test_labeled_split_properties(n, train_fraction, count, frac, use_count, see
     lab, unl, test = D.labeled_split(n, train_fraction=train_fraction, seed=seed, **kwargs)
     k = count if use_count else max(1, round(frac * n_train))
     assert len(lab) == k and len(unl) == n_train - k and len(test) == n - n_train
+    assert len(lab) + len(unl) == D.train_pool_size(n, train_fraction)  # the pool the engine checks counts against
     assert torch.equal(torch.cat([lab, unl, test]).sort().values, torch.arange(n))  # disjoint, cover range(n)
     again = D.labeled_split(n, train_fraction=train_fraction, seed=seed, **kwargs)
     assert all(torch.equal(a, b) for a, b in zip((lab, unl, test), again))
     as_count = D.labeled_split(n, n_labeled=k, train_fraction=train_fraction, seed=seed)
     assert all(torch.equal(a, b) for a, b in zip((lab, unl, test), as_count))  # fraction == its count
+
+
+def test_train_pool_size_is_labeled_splits_pool():
+    assert D.train_pool_size(500, 0.5) == 250 and D.train_pool_size(1667, 0.8) == 1334  # round(1333.6)
+    for n, f in ((1, 1.0), (7, 0.3), (23_333, 0.8), (999, 0.5)):
+        lab, unl, _ = D.labeled_split(n, n_labeled=1, train_fraction=f)
+        assert len(lab) + len(unl) == D.train_pool_size(n, f)
+    with pytest.raises(ValueError, match="empty train pool"):
+        D.train_pool_size(1, 0.4)
+    with pytest.raises(ValueError, match=r"train_fraction must be in \(0, 1\]"):
+        D.train_pool_size(10, 1.5)
 
 
 def test_labeled_split_paper_sizes_and_errors():

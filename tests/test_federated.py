@@ -543,6 +543,32 @@ def test_run_many_resumes_from_store(tmp_path, monkeypatch):
     assert set(mean.index) == {"FedGP", "FedDA", "Target only"} and "Avg" in mean.columns
 
 
+def test_run_many_refuses_what_a_run_would_refuse_before_the_first_run(tmp_path, monkeypatch):
+    """A labelled count above the target's train pool, an unknown target or a data set that cannot be built stops the
+    sweep before any run (they used to stop it when that run started, after the earlier ones: notebook 05 at paper
+    scale, run 405 of 649 on a GPU)."""
+    calls = []
+    monkeypatch.setattr(federated, "run_experiment", lambda **cfg: calls.append(cfg) or {})
+    base = {**BASE, "rounds": 1, "rule": "fedgp", "dataset": "NoisyFeatures", "target": None, "train_fraction": 0.5}
+    ok = [{**base, "n_target_labeled": n} for n in (1, 250)]  # MNIST-5k: 500 target images, a pool of 250
+    with pytest.raises(ValueError) as info:
+        run_many([*ok, {**base, "n_target_labeled": 251}], store=tmp_path, experiment="p", progress=False)
+    assert str(info.value) == (
+        "run 3 of 3 of 'p' (rule 'fedgp', dataset 'NoisyFeatures', target None, seed 0): n_target_labeled must be an "
+        "integer in [1, 250] (the train pool of target 'target' of 'NoisyFeatures': train_fraction 0.5 of its 500 "
+        "examples), got 251; nothing has run yet")
+    assert calls == [] and not (tmp_path / "p").exists()
+    with pytest.raises(ValueError, match=r"run 2 of 2 .*: target: env must be .*'\+90%'.*got 'nowhere'"):
+        run_many([{**BASE, "dataset": "ColoredMNIST"}, {**BASE, "dataset": "ColoredMNIST", "target": "nowhere"}],
+                 progress=False)
+    with pytest.raises(ValueError, match=r"noise_std") as info:
+        run_many([{**base, "dataset_options": {"noise_std": -1.0}}], progress=False)
+    assert "building the data set of run 1 of 1" in "\n".join(info.value.__notes__)
+    assert calls == []
+    run_many(ok + [{**base, "target_fraction": 1.0}], progress=False)  # every count of the pool, and all of it
+    assert [c["n_target_labeled"] for c in calls] == [1, 250, None]
+
+
 # --- the method registry -------------------------------------------------------------------------
 def test_registry_names_labels_and_variants():
     assert list_methods()[:8] == ["source_only", "target_only", "fedda", "fedgp", "fedda_auto", "fedgp_auto",

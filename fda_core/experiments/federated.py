@@ -24,6 +24,7 @@ rate defaults to 1/5 of the sources' (auto-weighted paper App. C.2).
 
 from __future__ import annotations
 
+import json
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -43,7 +44,7 @@ from .flat import FlatAdam, FlatModel, accuracy, count_steps, local_train
 from .methods import ClientInfo, Method, RoundInfo, RoundResults, get_method
 
 __all__ = ["DEFAULT_CONFIG", "CONFIG_ALIASES", "ALIGNMENT_STEPS", "make_config", "run_experiment", "Run", "run_many",
-           "sweep_configs", "store_key", "code_revision_of"]
+           "sweep_configs", "store_key", "code_revision_of", "check_configs_fit_data"]
 
 #: Default configuration of :func:`run_experiment` (the allowed keys, besides :data:`CONFIG_ALIASES`).
 DEFAULT_CONFIG: dict[str, Any] = {
@@ -305,15 +306,61 @@ def _warn_batchnorm_batches_of_one(c: Mapping[str, Any], module: torch.nn.Module
             return
 
 
+def _target_index(ds: Any, target: int | str | None) -> int:
+    """The target environment's index: ``target`` resolved by the data set (name or index), else its
+    ``default_target``, else 0."""
+    if target is None:
+        return ds.default_target if getattr(ds, "default_target", None) is not None else 0
+    return ds.env_index(target)
+
+
+def check_configs_fit_data(configs: Sequence[Mapping[str, Any]], names: Sequence[str] | None = None) -> None:
+    """Before the first run of a sweep: each resolved config (:func:`make_config`) names a target its data set
+    has, and asks for no more labelled target examples than the target's train pool holds
+    (:func:`fda_core.data.datasets.train_pool_size`), else ValueError naming the run (``names``, one per
+    config), ``n_target_labeled`` and its allowed range. These are the checks a run would otherwise make only
+    when it starts, after the sweep's earlier runs. Each distinct data set (name and options) is built once,
+    here, and dropped again (a second or so for MNIST-5k's; the runs build their own)."""
+    from ..data.datasets import get_dataset, train_pool_size
+
+    names = list(names) if names is not None else [f"config {i + 1}" for i in range(len(configs))]
+    groups: dict[str, list[int]] = {}
+    for i, c in enumerate(configs):
+        key = json.dumps([c["dataset"], c["dataset_options"]], sort_keys=True, default=repr)
+        groups.setdefault(key, []).append(i)
+    for members in groups.values():
+        first = configs[members[0]]
+        try:
+            ds = get_dataset(first["dataset"], **first["dataset_options"])
+        except Exception as exc:
+            exc.add_note(f"building the data set of {names[members[0]]}, before any run of the sweep")
+            raise
+        for i in members:
+            c = configs[i]
+            try:
+                t = _target_index(ds, c["target"])
+            except ValueError as exc:
+                raise ValueError(f"{names[i]}: target: {exc}") from None
+            size = int(ds[t][0].shape[0])  # the target's examples, as _prepare reads them
+            try:
+                pool = train_pool_size(size, c["train_fraction"])
+            except ValueError as exc:
+                raise ValueError(f"{names[i]}: {exc}") from None
+            n = c["n_target_labeled"]
+            if n is not None and not 1 <= n <= pool:
+                raise ValueError(
+                    f"{names[i]}: n_target_labeled must be an integer in [1, {pool}] (the train pool of target "
+                    f"{ds.ENVIRONMENTS[t]!r} of {c['dataset']!r}: train_fraction {c['train_fraction']:g} of its "
+                    f"{size:,} examples), got {n!r}; nothing has run yet")
+        del ds
+
+
 def _prepare(c: dict[str, Any], dataset: Any = None):
     from ..data.datasets import get_dataset, labeled_split
     from ..data.models import get_model
 
     ds = dataset if dataset is not None else get_dataset(c["dataset"], **c["dataset_options"])
-    if c["target"] is None:
-        t = ds.default_target if getattr(ds, "default_target", None) is not None else 0
-    else:
-        t = ds.env_index(c["target"])
+    t = _target_index(ds, c["target"])
     device = resolve_device(c["device"])
     xt, yt = ds[t][:2]  # datasets with auxiliary labels return (x, y, aux); the target trains on y only
     lab, unlab, test = labeled_split(xt.shape[0], n_labeled=c["n_target_labeled"], fraction=c["target_fraction"],
@@ -749,6 +796,7 @@ def run_many(configs: Iterable[Mapping[str, Any]], *, store: Any = None, experim
             for i, c in enumerate(resolved)]
     # stored runs are reused; a config repeating one to compute is computed once and read back from the store
     found, to_compute, repeats = look_up(store, experiment, runs)
+    check_configs_fit_data([resolved[i] for i in to_compute], [runs[i].label for i in to_compute])
     results: list[dict[str, Any] | None] = [found.get(i) for i in range(len(runs))]
     bar = None
     if progress:

@@ -20,7 +20,7 @@ import pandas as pd
 from ..common.checks import check_int
 from ..common.files import write_table, write_timings
 from ..common.store import ResultStore
-from ..data.datasets import FDADataset, labeled_split
+from ..data.datasets import FDADataset, train_pool_size
 from ..experiments.federated import run_many, sweep_configs
 from ..experiments.methods import get_method, paper_label
 from ..experiments.paper_numbers import beside_paper, paper_setting, paper_table
@@ -204,12 +204,9 @@ def compare_methods(
 
 def target_train_pool(dataset: FDADataset, train_fraction: float) -> int:
     """How many of the target environment's examples form its train pool, the most labelled target examples a run
-    can ask for (``n_target_labeled``): :func:`fda_core.data.datasets.labeled_split`'s labelled and unlabelled train
-    parts together (``round(train_fraction * n)``, FedGP paper App. B.6). Notebooks check their counts against it
-    before any run starts."""
-    labeled, unlabeled, _ = labeled_split(dataset.env_sizes()[dataset.default_target], n_labeled=1,
-                                          train_fraction=train_fraction)
-    return len(labeled) + len(unlabeled)
+    can ask for (``n_target_labeled``; :func:`fda_core.data.datasets.train_pool_size`, FedGP paper App. B.6).
+    Notebooks check their counts against it before any run starts."""
+    return train_pool_size(dataset.env_sizes()[dataset.default_target], train_fraction)
 
 
 def counts_within_pool(counts: Sequence[int], pool: int, name: str, *, leave_out: bool = False) -> list[int]:

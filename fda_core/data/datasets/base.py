@@ -153,6 +153,21 @@ def get_dataset(name: str, **options) -> FDADataset:
     return factory(**options)
 
 
+def train_pool_size(n: int, train_fraction: float = 0.8) -> int:
+    """How many of a target environment's ``n`` examples form its train pool (FedGP paper App. B.6:
+    ``round(train_fraction * n)``; :func:`labeled_split` draws the labelled examples from it), so the most
+    labelled target examples a run can ask for. ValueError for ``n`` < 1, ``train_fraction`` outside (0, 1], or an
+    empty pool."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    if not (isinstance(train_fraction, (int, float)) and 0 < train_fraction <= 1):
+        raise ValueError(f"train_fraction must be in (0, 1], got {train_fraction!r}")
+    n_train = int(round(train_fraction * n))
+    if n_train < 1:
+        raise ValueError(f"train_fraction={train_fraction} of n={n} leaves an empty train pool; increase either")
+    return n_train
+
+
 def labeled_split(
     n: int,
     *,
@@ -170,13 +185,7 @@ def labeled_split(
     / ``fraction``. Returns three sorted int64 index tensors, disjoint, covering ``range(n)``. For one
     seed, a larger ``n_labeled`` gives a superset of labelled indices and the same test set.
     """
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"n must be an integer >= 1, got {n!r}")
-    if not (isinstance(train_fraction, (int, float)) and 0 < train_fraction <= 1):
-        raise ValueError(f"train_fraction must be in (0, 1], got {train_fraction!r}")
-    n_train = int(round(train_fraction * n))
-    if n_train < 1:
-        raise ValueError(f"train_fraction={train_fraction} of n={n} leaves an empty train pool; increase either")
+    n_train = train_pool_size(n, train_fraction)
     if (n_labeled is None) == (fraction is None):
         raise ValueError("pass exactly one of n_labeled (a count) or fraction (of the train pool)")
     if n_labeled is not None:
