@@ -360,12 +360,21 @@ def test_reproduction_doc_quotes_the_per_round_noise_run():
 def test_reproduction_doc_states_the_default_runs_strong_shift_ordering():
     """docs/reproduction.md § The semi-synthetic claim, tested fairly (notebook 05, first section),
     "Outcome of the default run" (c): notebook 05's committed paper-settings table at noise
-    1.6 has the paper's ordering but for the FedDA / Source only tie, and the Oracle near 52%."""
+    1.6 ties FedGP_Auto, Target only and FedGP (each seed drawing its own data), above FedDA and Source only, with the
+    Oracle near 53%; the per-seed numbers it quotes are the runs'."""
     table = _csv(FIGURES / "05_semi_synthetic" / "faithful_table.csv").set_index("method")
     strong = table["noise 1.6, target lr 0.003"]
     text = " ".join((ROOT / "docs" / "reproduction.md").read_text(encoding="utf-8").split())
-    says(text, "FedGP_Auto ≥ FedGP > Target only > FedDA = Source only")
-    assert strong["FedGP_Auto (cosine)"] >= strong["FedGP (cosine)"] > strong["Target only"] > strong["FedDA"]
-    assert strong["FedDA"] == strong["Source only"]  # the tie, at the table's one decimal
-    says(text, "the Oracle near 52%")
-    assert about(strong["Oracle (4 epochs/round, lr 0.003)"], 52)
+    says(text, "FedGP_Auto = Target only ≥ FedGP > FedDA > Source only")
+    assert strong["FedGP_Auto (cosine)"] == strong["Target only"]  # the tie, at the table's one decimal
+    assert strong["Target only"] >= strong["FedGP (cosine)"] > strong["FedDA"] > strong["Source only"]
+    order = ["FedGP_Auto (cosine)", "Target only", "FedGP (cosine)", "FedDA", "Source only"]
+    says(text, "(" + ", ".join(f"{strong[m]:.1f}" for m in order) + ";")
+    says(text, "the Oracle near 53%")
+    assert about(strong["Oracle (4 epochs/round, lr 0.003)"], 53)
+    runs = _csv(FIGURES / "05_semi_synthetic" / "faithful.csv")
+    runs = runs[runs["setting"] == "noise 1.6, target lr 0.003"].set_index(["method", "trial"])["final_acc"]
+    three = [runs[m, t] for m in order[:3] for t in (0, 1)]
+    says(text, f"per seed the three lie within {min(three):.1f}–{max(three):.1f}")
+    says(text, f"Source only moves by 20 points between the seeds ({runs['Source only', 0]:.1f} and {runs['Source only', 1]:.1f})")
+    assert about(abs(runs["Source only", 0] - runs["Source only", 1]), 20)

@@ -74,6 +74,10 @@ def test_notebook_05_refuses_counts_above_the_pool_by_name(tmp_path):
     assert got["error"] == "ValueError" and "target_sample_counts" in got["message"] and "250" in got["message"], got
     got = derived(nb, tmp_path, n_target_labeled=0)
     assert got["error"] == "ValueError" and "n_target_labeled" in got["message"], got
+    got = derived(nb, tmp_path, data_seed="sometimes")
+    assert got["error"] == "ValueError" and "data_seed" in got["message"] and "per_trial" in got["message"], got
+    got = derived(nb, tmp_path, ("report",), data_seed="per_trial", seed=3)  # the notes describe the first trial's draw
+    assert "seed 3" in got["report"]["note"] and "drawn anew per trial" in got["report"]["note"], got
 
 
 def test_target_train_pool_is_labeled_splits_pool():

@@ -35,9 +35,7 @@ PLUGIN = textwrap.dedent('''
         pass
 
     class WorkerBlobs(Blobs):
-        def __init__(self, n=160, seed=0, fail=False, warn=False):
-            if fail:
-                raise RuntimeError("this data set was asked to fail")
+        def __init__(self, n=160, seed=0, warn=False):
             if warn:
                 import warnings
                 warnings.warn("this data set was asked to warn", RuntimeWarning)
