@@ -12,13 +12,12 @@
 # One call can carry the notebook stack, POT and full MNIST: bash benchmarks/gpu_wheels.sh --slim --no-survset (39 MB),
 # bash benchmarks/gpu_data.sh mnist, carry [".whl", ".gpudata/MNIST"] (2026-11-26: 60 MiB with the tree). A lease is
 # 900 s of device time, the start (~100 s) included, and a warm machine goes back after 30 s idle: plan one long call.
-# Next lease, first call (carry [".whl", ".gpustore"]: the wheels from `gpu_wheels.sh --slim`, and the store that
-# gpu_unpack.sh filled on 2026-11-27 in the eighth GPU session: 404 of notebook 05's and 81 of notebook 07's paper-scale
-# runs, made by the code of 65ffabf, whose federated import closure b771e8e keeps; a change there recomputes them;
-# timeout_s 600, DEADLINE_S=565, NB_LIMIT=330):
-#   nb05p nb07p   (notebook 05 then has its 195 ablation runs left, about 2 min at the 8 workers'
-#   1.8 runs per second; notebook 07 its auxiliary-task rows, about 5-6 min at 81 runs per 330 s; 8 workers kept 5-6
-#   runs in flight in those notebooks, docs/performance.md § GPU; the `parallel` step's short sweep under-states it),
+# Next lease, first call (carry [".whl"]: the wheels from `gpu_wheels.sh --slim`; timeout_s 600, DEADLINE_S=565,
+# NB_LIMIT=330). The eighth GPU session's store is gone (2026-11-28: ignored files do not survive a new checkout, and
+# 1ac3c50 changed the engine's import closure anyway), so notebooks 05 and 07 start from nothing:
+#   gputest-cuda nb05p nb07p   (at the eighth session's pace, 8 workers: notebook 05 about 6 min, notebook 07 about
+#   11 min, both extrapolated; 8 workers kept 5-6 runs in flight in those notebooks, docs/performance.md § GPU; the
+#   `parallel` step's short sweep under-states it; NB_LIMIT stops a notebook, and a second call with .gpustore resumes it),
 #   then the paper-scale notebooks one per call with NB_LIMIT, carrying .gpustore (nb08p: 17 min extrapolated before
 #   the ninth session's changes, now batched clients, 2.75x the loop per iteration on an H200, and `workers`; nb06p:
 #   notebook 06 at the paper's sizes, never timed on a device: carry .gpudata/MNIST and .gpustore, perhaps two calls).
