@@ -87,9 +87,33 @@ def test_target_train_pool_is_labeled_splits_pool():
 
     data = get_dataset("NoisyFeatures")  # MNIST-5k: 10 clients of 500
     assert target_train_pool(data, 0.5) == 250 and target_train_pool(data, 0.8) == 400
+    assert target_train_pool(data, 0.5, "target") == 250 and target_train_pool(data, 0.5, 0) == 250
     labeled_split(500, n_labeled=250, train_fraction=0.5)  # the pool's size is accepted, one more is not
     with pytest.raises(ValueError, match=r"\[1, 250\]"):
         labeled_split(500, n_labeled=251, train_fraction=0.5)
+
+
+def test_target_train_pool_resolves_the_target_as_a_run_does():
+    """A leave-one-domain-out set has no default target: the pool is that of the named target, else of
+    environment 0, as the engine resolves ``target``; an unknown target is refused by name."""
+    import torch
+
+    from fda_core.data.datasets import FDADataset, UnknownEnvironmentError
+    from fda_core.workbook.reports import target_train_pool
+
+    class Domains(FDADataset):  # three domains of 10, 40 and 6 examples, no default target
+        ENVIRONMENTS = ["a", "b", "c"]
+
+        def __init__(self):
+            super().__init__()
+            self.datasets = [(torch.zeros(n, 1), torch.zeros(n, dtype=torch.long)) for n in (10, 40, 6)]
+
+    data = Domains()
+    assert data.default_target is None
+    assert target_train_pool(data, 0.5) == 5  # environment 0: 10 examples, half of them
+    assert target_train_pool(data, 0.5, "b") == 20 and target_train_pool(data, 0.5, 2) == 3
+    with pytest.raises(UnknownEnvironmentError, match="one of the environment names"):
+        target_train_pool(data, 0.5, "d")
 
 
 def test_counts_within_pool_by_hand(capsys):

@@ -43,7 +43,7 @@ from .batched_clients import (CLIENT_BATCHING, batched_losses, batching_blockers
 from .flat import FlatAdam, FlatModel, accuracy, count_steps, local_train
 from .methods import ClientInfo, Method, RoundInfo, RoundResults, get_method
 
-__all__ = ["DEFAULT_CONFIG", "CONFIG_ALIASES", "ALIGNMENT_STEPS", "make_config", "run_experiment", "Run", "run_many",
+__all__ = ["DEFAULT_CONFIG", "CONFIG_ALIASES", "ALIGNMENT_STEPS", "make_config", "run_experiment", "target_index", "Run", "run_many",
            "sweep_configs", "store_key", "code_revision_of", "check_configs_fit_data"]
 
 #: Default configuration of :func:`run_experiment` (the allowed keys, besides :data:`CONFIG_ALIASES`).
@@ -306,9 +306,9 @@ def _warn_batchnorm_batches_of_one(c: Mapping[str, Any], module: torch.nn.Module
             return
 
 
-def _target_index(ds: Any, target: int | str | None) -> int:
-    """The target environment's index: ``target`` resolved by the data set (name or index), else its
-    ``default_target``, else 0."""
+def target_index(ds: Any, target: int | str | None = None) -> int:
+    """The target environment's index, as every run resolves it: ``target`` resolved by the data set (name or
+    index, :meth:`FDADataset.env_index`), else its ``default_target``, else 0 (leave-one-domain-out sets)."""
     if target is None:
         return ds.default_target if getattr(ds, "default_target", None) is not None else 0
     return ds.env_index(target)
@@ -338,7 +338,7 @@ def check_configs_fit_data(configs: Sequence[Mapping[str, Any]], names: Sequence
         for i in members:
             c = configs[i]
             try:
-                t = _target_index(ds, c["target"])
+                t = target_index(ds, c["target"])
             except ValueError as exc:
                 raise ValueError(f"{names[i]}: target: {exc}") from None
             size = int(ds[t][0].shape[0])  # the target's examples, as _prepare reads them
@@ -360,7 +360,7 @@ def _prepare(c: dict[str, Any], dataset: Any = None):
     from ..data.models import get_model
 
     ds = dataset if dataset is not None else get_dataset(c["dataset"], **c["dataset_options"])
-    t = _target_index(ds, c["target"])
+    t = target_index(ds, c["target"])
     device = resolve_device(c["device"])
     xt, yt = ds[t][:2]  # datasets with auxiliary labels return (x, y, aux); the target trains on y only
     lab, unlab, test = labeled_split(xt.shape[0], n_labeled=c["n_target_labeled"], fraction=c["target_fraction"],

@@ -21,7 +21,7 @@ from ..common.checks import check_int
 from ..common.files import write_table, write_timings
 from ..common.store import ResultStore
 from ..data.datasets import FDADataset, train_pool_size
-from ..experiments.federated import run_many, sweep_configs
+from ..experiments.federated import run_many, sweep_configs, target_index
 from ..experiments.methods import get_method, paper_label
 from ..experiments.paper_numbers import beside_paper, paper_setting, paper_table
 from ..experiments.personalisation import SOURCE_SWEEP_GRID, compute_sweep_runs, source_sweep
@@ -202,11 +202,13 @@ def compare_methods(
     return comparison
 
 
-def target_train_pool(dataset: FDADataset, train_fraction: float) -> int:
+def target_train_pool(dataset: FDADataset, train_fraction: float, target: int | str | None = None) -> int:
     """How many of the target environment's examples form its train pool, the most labelled target examples a run
     can ask for (``n_target_labeled``; :func:`fda_core.data.datasets.train_pool_size`, FedGP paper App. B.6).
-    Notebooks check their counts against it before any run starts."""
-    return train_pool_size(dataset.env_sizes()[dataset.default_target], train_fraction)
+    ``target`` is resolved as a run resolves it (:func:`fda_core.experiments.federated.target_index`: None means
+    the data set's ``default_target``, else environment 0). Notebooks check their counts against it before any
+    run starts."""
+    return train_pool_size(dataset.env_sizes()[target_index(dataset, target)], train_fraction)
 
 
 def counts_within_pool(counts: Sequence[int], pool: int, name: str, *, leave_out: bool = False) -> list[int]:
