@@ -80,6 +80,43 @@ def test_notebook_05_refuses_counts_above_the_pool_by_name(tmp_path):
     assert "seed 3" in got["report"]["note"] and "drawn anew per trial" in got["report"]["note"], got
 
 
+def test_semi_synthetic_sweeps_run_the_scripts_setting(tmp_path):
+    """Notebook 05's label-shift sweep and ablations run the reference scripts' setting by default (docs/reproduction.md
+    row 17): 2 FedAvg warm-up rounds before ``rounds`` rounds, target lr 0.005, the auto rows' decay and target batches
+    of 4, Target only after the warm-up (named as the paper's Target only beside its tables); the Oracle keeps its
+    budget. "workbook" adds nothing; anything else is refused by name before any run."""
+    nb = ROOT / "notebooks" / "05_semi_synthetic.ipynb"
+    got = derived(nb, tmp_path, ("sweep", "sweep_aliases", "rounds"))
+    sweep, rounds = got["sweep"], got["rounds"]
+    assert (sweep["source_lr"], sweep["target_lr"]) == (0.01, 0.005)
+    fedgp, auto, oracle = (sweep["per_method"][k] for k in ("fedgp", "fedgp_auto", "oracle"))
+    assert (fedgp["warmup_rounds"], fedgp["rounds"], fedgp["lr_decay"], fedgp["target_batch_size"]) == (2, rounds + 2, 1.0, 16)
+    assert (auto["warmup_rounds"], auto["lr_decay"], auto["target_batch_size"]) == (2, 0.1, 4)
+    assert (oracle["warmup_rounds"], oracle["rounds"]) == (0, rounds)
+    assert sweep["options"] == {"target_only": {"warmup": True}}  # no Oracle option: its 4 epochs at lr 0.003 stay
+    assert got["sweep_aliases"] == {"Target only (after warm-up)": "Target only"}
+    got = derived(nb, tmp_path, ("sweep", "sweep_aliases"), sweep_setting="workbook")
+    assert got == {"sweep": {}, "sweep_aliases": {}}, got
+    got = derived(nb, tmp_path, sweep_setting="scripts")
+    assert got["error"] == "ValueError" and "sweep_setting" in got["message"] and "workbook" in got["message"], got
+
+
+def test_beside_paper_names_a_row_by_its_alias():
+    """A label the paper's code ran as one of our variants sits beside the paper's row of that name; others match by
+    paper_label, and our labels stay."""
+    import pandas as pd
+
+    from fda_core.experiments.paper_numbers import SCRIPTS_TARGET_ONLY, paper_table
+    from fda_core.workbook.reports import _beside_paper
+
+    means = pd.DataFrame({0.45: [50.0, 60.0]}, index=["Target only (after warm-up)", "FedGP (cosine)"])
+    paper = paper_table("LabelShift")[0.45]
+    got = _beside_paper(means, "LabelShift", SCRIPTS_TARGET_ONLY)
+    assert list(got.index) == list(means.index)
+    assert got["paper 0.45"].tolist() == [paper["Target only"], paper["FedGP"]]
+    assert pd.isna(_beside_paper(means, "LabelShift").loc["Target only (after warm-up)", "paper 0.45"])
+
+
 def test_target_train_pool_is_labeled_splits_pool():
     """The pool the notebooks check counts against is labeled_split's: the largest n_labeled it accepts."""
     from fda_core.data.datasets import get_dataset, labeled_split

@@ -73,10 +73,13 @@ class Comparison:
         return f"<Comparison of {len(self.results)} runs: {list(self.means.index)} × {list(self.means.columns)}>"
 
 
-def _beside_paper(means: pd.DataFrame, paper: str) -> pd.DataFrame:
+def _beside_paper(means: pd.DataFrame, paper: str, aliases: Mapping[str, str] | None = None) -> pd.DataFrame:
     """:func:`beside_paper` matching our rows to the paper's by the papers' names of our labels
-    (:func:`fda_core.experiments.methods.paper_label`: "FedGP (cosine)" is the paper's "FedGP"); our labels stay."""
-    keyed = means.rename(index=paper_label)
+    (:func:`fda_core.experiments.methods.paper_label`: "FedGP (cosine)" is the paper's "FedGP"), or by ``aliases``
+    (our label → the paper's row, e.g. :data:`fda_core.experiments.paper_numbers.SCRIPTS_TARGET_ONLY`); our labels
+    stay."""
+    aliases = dict(aliases or {})
+    keyed = means.rename(index=lambda label: aliases.get(label, paper_label(label)))
     if not keyed.index.is_unique:
         return beside_paper(means, paper)
     joined = beside_paper(keyed, paper)
@@ -109,6 +112,7 @@ def compare_methods(
     value: str = "final_acc",
     average: bool = True,
     paper: str | None = None,
+    paper_aliases: Mapping[str, str] | None = None,
     note: str = "",
     out_dir: str | Path | None = None,
     table_name: str | None = None,
@@ -146,6 +150,10 @@ def compare_methods(
             the CSV notes say which (:data:`STATISTICS`).
         average: keep the ``Avg`` column (mean over the columns).
         paper: the name of a published table (:mod:`fda_core.experiments.paper_numbers`) put beside ours.
+        paper_aliases: our display label → the paper's row name, where the paper's code ran that row as one of our
+            named variants (:data:`fda_core.experiments.paper_numbers.SCRIPTS_TARGET_ONLY`: the FedGP paper's
+            semi-synthetic scripts train Target only after their warm-up); other labels match by
+            :func:`fda_core.experiments.methods.paper_label`.
         note: more lines for the CSV notes (e.g. the data's description), after the setting generated from the
             resolved configs; with ``paper`` the published table's source and setting follow.
         out_dir, table_name, figure_name: write ``<table_name>.csv`` (the table) and ``<figure_name>.png/
@@ -172,7 +180,7 @@ def compare_methods(
     formatted, means, stds = summary_table(runs, by=(by,), across=across, value=value, order=order)
     if not average:
         formatted, means, stds = formatted.drop(columns="Avg"), means.drop(columns="Avg"), stds.drop(columns="Avg")
-    table = _beside_paper(means, paper) if paper else means.round(2)
+    table = _beside_paper(means, paper, paper_aliases) if paper else means.round(2)
     extra = "\n".join(x for x in (note, f"Ours: {STATISTICS[value]}, mean over the seeds.",
                                    paper_setting(paper) if paper else "") if x)
     note = setting_note(results, paper=extra)
