@@ -71,7 +71,7 @@ REFERENCE_BUDGETS: dict[str, dict[str, dict[str, object]]] = {
 SCRIPTS_TARGET_ONLY: dict[str, str] = {"Target only (after warm-up)": "Target only"}
 
 
-def noniid_reference_setting(rounds: int = 50, auto_target_batch: int = 4) -> dict[str, object]:
+def noniid_reference_setting(rounds: int = 50, auto_target_batch: int = 4, oracle_options: bool = True) -> dict[str, object]:
     """The FedGP paper's semi-synthetic rows as its reference scripts run them (``docs/reproduction.md`` row 13), as
     one variant of notebook 05's grid (config keys, plus ``per_method`` and method ``options`` for single rows,
     :func:`fda_core.experiments.federated.sweep_configs`).
@@ -85,7 +85,9 @@ def noniid_reference_setting(rounds: int = 50, auto_target_batch: int = 4) -> di
     0.003 in batches of 64 (the source batch), without a warm-up.
 
     The budgets are per row (``per_method``, one entry for every registered method), since a variant's own keys win
-    over its rows' (:func:`fda_core.experiments.federated.sweep_configs`); the learning rates are the variant's."""
+    over its rows' (:func:`fda_core.experiments.federated.sweep_configs`); the learning rates are the variant's.
+    ``oracle_options=False`` leaves the Oracle's method options (the scripts' 1 epoch per round at lr 0.003) to the
+    caller's method spec, e.g. notebook 05's sweeps keep their Oracle's budget; its rounds stay the scripts'."""
     from .methods import list_methods
 
     fixed = {"rounds": rounds + 2, "warmup_rounds": 2, "lr_decay": 1.0, "target_batch_size": 16}
@@ -93,8 +95,8 @@ def noniid_reference_setting(rounds: int = 50, auto_target_batch: int = 4) -> di
     for name in ("fedda_auto", "fedgp_auto"):
         rows[name].update(lr_decay=0.1, target_batch_size=auto_target_batch)
     rows["oracle"].update(rounds=rounds, warmup_rounds=0)
-    return {"source_lr": 0.01, "target_lr": 0.005, "per_method": rows,
-            "options": {"target_only": {"warmup": True}, "oracle": {"epochs": 1, "lr": 0.003}}}
+    options = {"target_only": {"warmup": True}, **({"oracle": {"epochs": 1, "lr": 0.003}} if oracle_options else {})}
+    return {"source_lr": 0.01, "target_lr": 0.005, "per_method": rows, "options": options}
 
 
 PAPER: dict[str, dict] = {

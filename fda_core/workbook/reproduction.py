@@ -106,7 +106,6 @@ class TableSpec:
 _FMNIST = ("MNIST-5k digits (500 per client) stand in for Fashion-MNIST (6,000 per client); digits are far more "
            "robust to pixel noise, so the same noise is a milder shift")
 
-_SCRIPTS_TARGET_ONLY = SCRIPTS_TARGET_ONLY  # their Target only trains after the warm-up (row 13)
 #: notebook 05's label-shift sweep and ablations: the scripts' setting (sweep_setting="reference", row 17), shorter
 _SWEEP = ("; the setting of the paper's scripts (2 FedAvg warm-up rounds, target lr 0.005; docs/reproduction.md row "
           "17) for 8 rounds instead of 50")
@@ -132,20 +131,20 @@ TABLES: tuple[TableSpec, ...] = (
                      "see notebook 04 and docs/baselines.md"),
     TableSpec("NoisyFeatures", "FedGP", "Fig. 3 / Table 6 (noisy features, the paper's scripts)",
               "05_semi_synthetic/faithful.csv", "noise_std", where={"setting": "reference scripts"},
-              aliases=_SCRIPTS_TARGET_ONLY, reason=_FMNIST + "; the setting of the paper's scripts (target lr 0.005, "
+              aliases=SCRIPTS_TARGET_ONLY, reason=_FMNIST + "; the setting of the paper's scripts (target lr 0.005, "
               "2 FedAvg warm-up rounds; docs/reproduction.md row 13); see notebook 05"),
     TableSpec("NoisyFeatures", "FedGP", "Fig. 3 / Table 6 (noisy features, the paper's scripts, Fashion-MNIST)",
               "05_semi_synthetic/fashion_mnist/faithful.csv", "noise_std", where={"setting": "reference scripts"},
-              aliases=_SCRIPTS_TARGET_ONLY, reason=_FASHION_RUN),
+              aliases=SCRIPTS_TARGET_ONLY, reason=_FASHION_RUN),
     TableSpec("NoisyFeatures", "FedGP", "Fig. 3 / Table 6 (noisy features, the paper's scripts, Fashion-MNIST, noise "
               "drawn every round)", "05_semi_synthetic/fashion_mnist_noise_per_round/faithful.csv", "noise_std",
-              where={"setting": "reference scripts"}, aliases=_SCRIPTS_TARGET_ONLY, reason=_FASHION_PER_ROUND_RUN),
+              where={"setting": "reference scripts"}, aliases=SCRIPTS_TARGET_ONLY, reason=_FASHION_PER_ROUND_RUN),
     TableSpec("LabelShift", "FedGP", "Fig. 3 / Table 7 (label shift)", "05_semi_synthetic/label_shift.csv", "eta",
-              aliases=_SCRIPTS_TARGET_ONLY, reason=_FMNIST + _SWEEP),
+              aliases=SCRIPTS_TARGET_ONLY, reason=_FMNIST + _SWEEP),
     TableSpec("Projection", "FedGP", "Table 4 (projection and filtering)", "05_semi_synthetic/projection_filtering.csv",
-              "noise_std", aliases=_SCRIPTS_TARGET_ONLY, reason=_FMNIST + _SWEEP),
+              "noise_std", aliases=SCRIPTS_TARGET_ONLY, reason=_FMNIST + _SWEEP),
     TableSpec("SourceLabels", "FedGP", "Table 5 (shifts between sources)", "05_semi_synthetic/source_labels.csv",
-              "source_labels", aliases=_SCRIPTS_TARGET_ONLY, reason=_FMNIST + _SWEEP),
+              "source_labels", aliases=SCRIPTS_TARGET_ONLY, reason=_FMNIST + _SWEEP),
 )
 
 
