@@ -396,7 +396,15 @@ def test_reproduction_doc_quotes_the_fashion_mnist_label_shift_run():
     fedda = mine[mine["method"] == "FedDA"].set_index("setting")
     assert (fedda.loc["eta 0.45", "rank_ours"], fedda.loc["eta 0.15", "rank_ours"]) == (1, 2)
     assert (fedda.loc["eta 0.45", "rank_paper"], fedda.loc["eta 0.15", "rank_paper"]) == (4, 4)
-    says(flat, "22 images, where the paper's target has about 900")
+    says(flat, "15 % of those are labelled: 22 images;")
+    # the reference's imbalance-class-η partition of Fashion-MNIST's 60,000 training images (6,000 per class)
+    reference = {eta: 3 * (6000 - int(6000 * eta)) + 7 * int(6000 * eta) for eta in etas}
+    says(flat, f"the target then holds {reference[0.45]:,} images at η = 0.45 and {reference[0.0]:,} at η = 0, labels 15 % "
+               f"of them ({int(0.15 * reference[0.45]):,} to {int(0.15 * reference[0.0]):,})")
+    says(flat, f"342 against the reference's {int(0.15 * reference[0.45]):,} at η = 0.45 and {int(0.15 * reference[0.0]):,}")
+    d1_source = 3 * int(6000 * 0.45) / (3 * int(6000 * 0.45) + 7 * (6000 - int(6000 * 0.45)))
+    d1_target = 3 * (6000 - int(6000 * 0.45)) / reference[0.45]
+    says(flat, f"the reference's sources hold {100 * d1_source:.0f} % D_1 images and its target {100 * d1_target:.0f} %")
     table = _csv(FIGURES / "05_semi_synthetic" / "label_shift_table.csv").set_index("method")
     for label, name, phrase in (("FedGP (cosine)", "FedGP", "puts FedGP {} points under"),
                                 ("Target only (after warm-up)", "Target only", "and Target only {} ("),

