@@ -401,6 +401,41 @@ def test_label_shift(mnist, eta):
     assert fixed.env_sizes() == [300] * 10 and f"{ds.client_size:,}" in ds.describe()
 
 
+@pytest.mark.parametrize("eta", [0.0, 0.05, 0.45, 0.5])
+def test_label_shift_reference_partition_by_hand(mnist, eta):
+    """partition="reference" (the reference's imbalance-class-η): of each D1 class (500 images in MNIST-5k) the sources
+    share ⌊500η⌋ and the target keeps the rest; of each D2 class the target gets ⌊500η⌋. At η = 0.45: 225 per D1 class
+    to the sources (25 each), 275 to the target; 275 per D2 class to the sources (31 for the first five, 30 after:
+    numpy.array_split), 225 to the target, so the target holds 3·275 + 7·225 = 2,400 and the sources 292 or 285."""
+    ds = D.get_dataset("LabelShift", eta=eta, seed=3, partition="reference")
+    k = int(500 * eta)
+    counts = ds.class_counts()
+    d1 = torch.tensor([6, 8, 9])
+    d2 = torch.tensor([c for c in range(10) if c not in (6, 8, 9)])
+    assert (counts[9, d1] == 500 - k).all() and (counts[9, d2] == k).all()
+    assert (counts[:9, d1].sum(0) == k).all() and (counts[:9, d2].sum(0) == 500 - k).all()
+    assert (counts[:9].max(0).values - counts[:9].min(0).values <= 1).all()  # near-equal shares per class
+    assert ds.env_sizes()[9] == 3 * (500 - k) + 7 * k and sum(ds.env_sizes()) == 5000
+    _assert_disjoint(ds, 5000)
+    if eta == 0.45:
+        assert ds.env_sizes() == [292] * 5 + [285] * 4 + [2400]
+        assert "a target of 2,400 (34.4 % from D1)" in ds.describe()
+    again = D.get_dataset("LabelShift", eta=eta, seed=3, partition="reference")
+    assert all(torch.equal(a, b) for a, b in zip(ds.client_indices, again.client_indices))  # seeded
+    other = D.get_dataset("LabelShift", eta=eta, seed=4, partition="reference")
+    assert not all(torch.equal(a, b) for a, b in zip(ds.client_indices, other.client_indices))
+
+
+def test_label_shift_partition_is_checked(mnist):
+    with pytest.raises(ValueError, match="partition must be one of \\['equal_size', 'reference'\\], got 'imbalance'"):
+        D.get_dataset("LabelShift", eta=0.15, partition="imbalance")
+    with pytest.raises(ValueError, match="client_size must be None with partition='reference'"):
+        D.get_dataset("LabelShift", eta=0.15, partition="reference", client_size=300)
+    default = D.get_dataset("LabelShift", eta=0.15, seed=1)
+    equal = D.get_dataset("LabelShift", eta=0.15, seed=1, partition="equal_size")
+    assert all(torch.equal(a, b) for a, b in zip(default.client_indices, equal.client_indices))
+
+
 def test_label_shift_class_subset():
     ds = D.get_dataset("LabelShift", eta=0.25, classes=(5, 6, 7, 8), minority_classes=(8,))
     assert ds.num_classes == 4 and ds.d1 == [3]

@@ -405,6 +405,11 @@ def test_reproduction_doc_quotes_the_fashion_mnist_label_shift_run():
     d1_source = 3 * int(6000 * 0.45) / (3 * int(6000 * 0.45) + 7 * (6000 - int(6000 * 0.45)))
     d1_target = 3 * (6000 - int(6000 * 0.45)) / reference[0.45]
     says(flat, f"the reference's sources hold {100 * d1_source:.0f} % D_1 images and its target {100 * d1_target:.0f} %")
+    from fda_core.data.datasets import get_dataset, train_pool_size
+
+    sizes = {eta: get_dataset("LabelShift", eta=eta, partition="reference").env_sizes()[-1] for eta in (0.45, 0.0)}
+    says(flat, f"On MNIST-5k it gives the target {sizes[0.45]:,} images at η = 0.45 ({train_pool_size(sizes[0.45], 0.15)} "
+               f"labelled) and {sizes[0.0]:,} at η = 0 ({train_pool_size(sizes[0.0], 0.15)})")
     table = _csv(FIGURES / "05_semi_synthetic" / "label_shift_table.csv").set_index("method")
     for label, name, phrase in (("FedGP (cosine)", "FedGP", "puts FedGP {} points under"),
                                 ("Target only (after warm-up)", "Target only", "and Target only {} ("),

@@ -101,6 +101,21 @@ def test_semi_synthetic_sweeps_run_the_scripts_setting(tmp_path):
     assert got["error"] == "ValueError" and "sweep_setting" in got["message"] and "workbook" in got["message"], got
 
 
+def test_semi_synthetic_label_shift_partition(tmp_path):
+    """Notebook 05's label_shift_partition: "equal_size" (the default) keeps the configs of the committed runs (clients
+    of label_shift_client_size, label_shift_fraction of the target's train split labelled); "reference" builds the
+    reference's imbalance-class-η clients and labels label_shift_fraction of the whole target, tested on the rest
+    (main_noniid.py); anything else is refused by name before any run."""
+    nb = ROOT / "notebooks" / "05_semi_synthetic.ipynb"
+    names = ("label_shift_data", "label_shift_split")
+    assert derived(nb, tmp_path, names) == {"label_shift_data": {"client_size": 300},
+                                            "label_shift_split": {"target_fraction": 0.15}}
+    assert derived(nb, tmp_path, names, label_shift_partition="reference") == {
+        "label_shift_data": {"partition": "reference"}, "label_shift_split": {"train_fraction": 0.15, "target_fraction": 1.0}}
+    got = derived(nb, tmp_path, label_shift_partition="imbalance")
+    assert got["error"] == "ValueError" and "label_shift_partition" in got["message"] and "reference" in got["message"], got
+
+
 def test_beside_paper_names_a_row_by_its_alias():
     """A label the paper's code ran as one of our variants sits beside the paper's row of that name; others match by
     paper_label, and our labels stay."""

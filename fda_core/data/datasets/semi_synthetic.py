@@ -51,6 +51,10 @@ def _load_base(base: str, data_root, classes) -> tuple[Tensor, Tensor, list[int]
     return x, relabel[y], cls, text + f", classes {cls} relabelled 0..{len(cls) - 1}"
 
 
+#: LabelShift's partitions: its equal-size clients (the default) and the reference code's imbalance-class-η
+LABEL_SHIFT_PARTITIONS = ("equal_size", "reference")
+
+
 def _check_n_sources(n_sources) -> int:
     if isinstance(n_sources, bool) or not isinstance(n_sources, (int, np.integer)) or n_sources < 1:
         raise ValueError(f"n_sources must be an integer >= 1, got {n_sources!r}")
@@ -211,6 +215,13 @@ class LabelShift(_SemiSynthetic):
     ``m``: the largest size the two pools allow (or ``client_size``). When η is a fraction p/q with
     q ≤ 1000 (0.15 = 3/20), the automatic ``m`` is a multiple of q so that a/m = η exactly; otherwise
     ``a = round(η·m)``. Within D1 and D2 the draw is uniform (class mix within a pool is random).
+
+    ``partition="reference"`` builds the reference code's partition instead (``imbalance-class-η`` of its
+    ``noniid_utils.py``; ``docs/experiments.md`` § Semi-synthetic shifts): every class's examples are shuffled; of a D1
+    class the first ⌊η·n_c⌋ go to the sources and the rest to the target, of a D2 class the first ⌊η·n_c⌋ to the
+    target and the rest to the sources; the sources' share of each class is cut into ``n_sources`` near-equal parts
+    (``numpy.array_split``). Clients then differ in size (the target is the largest: (1 − η) of D1 plus η of D2) and
+    ``client_size`` does not apply. ``"equal_size"`` (the default) is the construction above.
     """
 
     name = "LabelShift"
@@ -225,10 +236,17 @@ class LabelShift(_SemiSynthetic):
         classes: Sequence[int] | None = None,
         client_size: int | None = None,
         seed: int = 0,
+        partition: str = "equal_size",
     ) -> None:
         super().__init__()
         self.seed = _check_seed(seed)
         n_sources = _check_n_sources(n_sources)
+        if partition not in LABEL_SHIFT_PARTITIONS:
+            raise ValueError(f"partition must be one of {list(LABEL_SHIFT_PARTITIONS)}, got {partition!r}")
+        if partition == "reference" and client_size is not None:
+            raise ValueError("client_size must be None with partition='reference' (its clients' sizes follow from eta and "
+                             f"the classes' sizes), got {client_size!r}")
+        self.partition = partition
         if isinstance(eta, bool) or not isinstance(eta, (int, float)) or not 0 <= eta <= 0.5:
             raise ValueError(f"eta must be a number in [0, 0.5] (the paper uses 0.45, 0.30, 0.15, 0.10, 0.05, 0), got {eta!r}")
         if base not in _BASES:
@@ -254,6 +272,9 @@ class LabelShift(_SemiSynthetic):
         pool1 = pool1[torch.randperm(len(pool1), generator=g)]
         pool2 = pool2[torch.randperm(len(pool2), generator=g)]
         self.d1, self.d2 = d1.tolist(), [c for c in range(len(cls)) if c not in d1.tolist()]
+        if partition == "reference":
+            self._reference_partition(x, y, n_sources, g)
+            return
 
         def needs(m: int) -> tuple[int, int, int]:
             a = int(round(self.eta * m))
@@ -289,7 +310,37 @@ class LabelShift(_SemiSynthetic):
             self.client_indices.append(idx)
             self.datasets.append((x[idx], y[idx]))
 
+    def _reference_partition(self, x: Tensor, y: Tensor, n_sources: int, g: torch.Generator) -> None:
+        """The reference's ``imbalance-class-η`` split (class docstring); seeded by ``g``, clients shuffled."""
+        parts: list[list[Tensor]] = [[] for _ in range(n_sources + 1)]
+        for c in range(self.num_classes):
+            idx = torch.nonzero(y == c).flatten()
+            idx = idx[torch.randperm(len(idx), generator=g)]
+            k = int(len(idx) * self.eta)  # the reference's int(len(idx_k) * eta)
+            to_sources, to_target = (idx[:k], idx[k:]) if c in self.d1 else (idx[k:], idx[:k])
+            for j, share in enumerate(np.array_split(to_sources.numpy(), n_sources)):
+                parts[j].append(torch.from_numpy(share))
+            parts[n_sources].append(to_target)
+        self.client_size, self.n_minority_source = None, None
+        for chunks in parts:
+            idx = torch.cat(chunks)
+            idx = idx[torch.randperm(len(idx), generator=g)]
+            self.client_indices.append(idx)
+            self.datasets.append((x[idx], y[idx]))
+
     def describe(self) -> str:
+        if self.partition == "reference":
+            sizes = self.env_sizes()
+            d1_share = [float(torch.isin(yy, torch.tensor(self.d1)).double().mean()) for _, yy in self.datasets]
+            return (
+                f"LabelShift (FedGP paper Sec. 5.2), the reference code's partition (imbalance-class-η): "
+                f"{self._base_text}; D1 = classes {self.minority_classes}, D2 = the other {len(self.d2)}; η = "
+                f"{self.eta:g}; the {len(self) - 1} sources share η of every D1 class's examples and 1 − η of every D2 "
+                f"class's, the target holds the rest: sources of {min(sizes[:-1]):,}–{max(sizes[:-1]):,} examples "
+                f"({100 * d1_share[0]:.1f} % from D1 in the first), a target of {sizes[-1]:,} ({100 * d1_share[-1]:.1f} % "
+                f"from D1); all clients disjoint; seed {self.seed}. Differences: the reference splits Fashion-MNIST's "
+                f"60,000 training images; here the base is {self._base_text}."
+            )
         m, a = self.client_size, self.n_minority_source
         exact = "exactly η" if abs(a / m - self.eta) < 1e-12 else f"{a / m:.4f} (η rounded)"
         diff = (
