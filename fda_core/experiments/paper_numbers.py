@@ -16,7 +16,7 @@ from collections.abc import Iterable
 import pandas as pd
 
 __all__ = ["PAPER", "SCRIPTS_TARGET_ONLY", "INB_PAPER", "REFERENCE_BUDGETS", "paper_table", "paper_setting", "paper_value", "beside_paper",
-           "reference_budgets", "noniid_reference_setting"]
+           "reference_budgets", "noniid_reference_setting", "label_shift_setting"]
 
 _CMNIST_COLS = ["+90%", "+80%", "-90%", "Avg"]
 _VLCS_COLS = ["C", "L", "V", "S", "Avg"]
@@ -97,6 +97,24 @@ def noniid_reference_setting(rounds: int = 50, auto_target_batch: int = 4, oracl
     rows["oracle"].update(rounds=rounds, warmup_rounds=0)
     options = {"target_only": {"warmup": True}, **({"oracle": {"epochs": 1, "lr": 0.003}} if oracle_options else {})}
     return {"source_lr": 0.01, "target_lr": 0.005, "per_method": rows, "options": options}
+
+
+def label_shift_setting(partition: str, labelled_fraction: float, client_size: int) -> tuple[dict, dict]:
+    """The label-shift runs' ``dataset_options`` for :class:`~fda_core.data.datasets.LabelShift` and the target's split
+    (config keys), for its ``partition``.
+
+    "equal_size": clients of ``client_size`` and ``labelled_fraction`` of the target's train split labelled (the engine's
+    ``train_fraction`` stays the caller's). "reference": the reference's ``imbalance-class-η`` clients, and its
+    ``main_noniid.py`` split of the target: ``labelled_fraction`` of the whole target client labelled, tested on the
+    rest (``train_fraction`` = ``labelled_fraction``, ``target_fraction`` 1; ``docs/experiments.md`` § Semi-synthetic
+    shifts). ValueError for another partition."""
+    from ..data.datasets.semi_synthetic import LABEL_SHIFT_PARTITIONS
+
+    if partition not in LABEL_SHIFT_PARTITIONS:
+        raise ValueError(f"partition must be one of {list(LABEL_SHIFT_PARTITIONS)}, got {partition!r}")
+    if partition == "equal_size":
+        return {"client_size": client_size}, {"target_fraction": labelled_fraction}
+    return {"partition": "reference"}, {"train_fraction": labelled_fraction, "target_fraction": 1.0}
 
 
 PAPER: dict[str, dict] = {

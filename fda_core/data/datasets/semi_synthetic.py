@@ -266,15 +266,15 @@ class LabelShift(_SemiSynthetic):
         self._setup(n_sources, len(cls), x.shape[1:])
         d1 = torch.tensor([cls.index(c) for c in minority])  # relabelled ids of D1
         g = torch.Generator().manual_seed(self.seed)
+        self.d1, self.d2 = d1.tolist(), [c for c in range(len(cls)) if c not in d1.tolist()]
+        if partition == "reference":  # per-class shares; the pools below are the equal-size construction's
+            self._reference_partition(x, y, n_sources, g)
+            return
         in_d1 = torch.isin(y, d1)
         pool1 = torch.nonzero(in_d1).flatten()
         pool2 = torch.nonzero(~in_d1).flatten()
         pool1 = pool1[torch.randperm(len(pool1), generator=g)]
         pool2 = pool2[torch.randperm(len(pool2), generator=g)]
-        self.d1, self.d2 = d1.tolist(), [c for c in range(len(cls)) if c not in d1.tolist()]
-        if partition == "reference":
-            self._reference_partition(x, y, n_sources, g)
-            return
 
         def needs(m: int) -> tuple[int, int, int]:
             a = int(round(self.eta * m))
