@@ -232,6 +232,10 @@ def test_semi_synthetic_notebook_numbers(out_root):
     label_runs = _read(figures / "label_shift.csv")
     assert set(label_runs["target_lr"]) == {0.005} and set(label_runs["source_lr"]) == {0.01}
     assert any("warmup_rounds" in line for line in read_note(figures / "label_shift.csv"))  # the warm-up is stated
+    # the reference's partition (the default): MNIST-5k's target holds 3·(500 − ⌊500η⌋) + 7·⌊500η⌋ images and labels
+    # 15 % of them (docs/reproduction.md row 18): 2,400 → 360 at η = 0.45, 1,500 → 225 at η = 0
+    labelled = label_runs.groupby("eta")["n_target_labeled"].agg(set).to_dict()
+    assert labelled == {0.45: {360}, 0.0: {225}}, labelled
     faithful = _read(figures / "faithful.csv")
     assert list(dict.fromkeys(faithful["setting"])) == ["paper", "reference scripts", "target lr 0.003",
                                                         "noise 1.6, target lr 0.003"]

@@ -102,18 +102,20 @@ def test_semi_synthetic_sweeps_run_the_scripts_setting(tmp_path):
 
 
 def test_semi_synthetic_label_shift_partition(tmp_path):
-    """Notebook 05's label_shift_partition: "equal_size" (the default) keeps the configs of the committed runs (clients
-    of label_shift_client_size, label_shift_fraction of the target's train split labelled); "reference" builds the
-    reference's imbalance-class-η clients and labels label_shift_fraction of the whole target, tested on the rest
-    (main_noniid.py); anything else is refused by name before any run."""
+    """Notebook 05's label_shift_partition: "reference" (the default) builds the reference's imbalance-class-η clients,
+    labels label_shift_fraction of the whole target and tests on the rest (main_noniid.py), and trains the Oracle on
+    90 % of the target, tested on the other 10 % (oracle_noniid.py); "equal_size" keeps the configs of the runs
+    committed before (clients of label_shift_client_size, label_shift_fraction of the target's train split labelled,
+    the Oracle on the whole train split); anything else is refused by name before any run."""
     nb = ROOT / "notebooks" / "05_semi_synthetic.ipynb"
-    names = ("label_shift_data", "label_shift_split")
-    assert derived(nb, tmp_path, names) == {"label_shift_data": {"client_size": 300},
-                                            "label_shift_split": {"target_fraction": 0.15}}
-    assert derived(nb, tmp_path, names, label_shift_partition="reference") == {
-        "label_shift_data": {"partition": "reference"}, "label_shift_split": {"train_fraction": 0.15, "target_fraction": 1.0}}
+    names = ("label_shift_data", "label_shift_split", "label_shift_rows")
+    assert derived(nb, tmp_path, names) == {
+        "label_shift_data": {"partition": "reference"}, "label_shift_split": {"train_fraction": 0.15, "target_fraction": 1.0},
+        "label_shift_rows": {"oracle": {"train_fraction": 0.9}}}
+    assert derived(nb, tmp_path, names, label_shift_partition="equal_size") == {
+        "label_shift_data": {"client_size": 300}, "label_shift_split": {"target_fraction": 0.15}, "label_shift_rows": {}}
     got = derived(nb, tmp_path, label_shift_partition="imbalance")
-    assert got["error"] == "ValueError" and "label_shift_partition" in got["message"] and "reference" in got["message"], got
+    assert got["error"] == "ValueError" and "label_shift_partition" in got["message"] and "equal_size" in got["message"], got
 
 
 def test_beside_paper_names_a_row_by_its_alias():

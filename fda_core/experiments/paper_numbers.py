@@ -16,7 +16,8 @@ from collections.abc import Iterable
 import pandas as pd
 
 __all__ = ["PAPER", "SCRIPTS_TARGET_ONLY", "INB_PAPER", "REFERENCE_BUDGETS", "paper_table", "paper_setting", "paper_value", "beside_paper",
-           "reference_budgets", "noniid_reference_setting", "label_shift_setting"]
+           "reference_budgets", "noniid_reference_setting", "label_shift_setting",
+           "REFERENCE_ORACLE_TRAIN_FRACTION"]
 
 _CMNIST_COLS = ["+90%", "+80%", "-90%", "Avg"]
 _VLCS_COLS = ["C", "L", "V", "S", "Avg"]
@@ -99,22 +100,31 @@ def noniid_reference_setting(rounds: int = 50, auto_target_batch: int = 4, oracl
     return {"source_lr": 0.01, "target_lr": 0.005, "per_method": rows, "options": options}
 
 
-def label_shift_setting(partition: str, labelled_fraction: float, client_size: int) -> tuple[dict, dict]:
-    """The label-shift runs' ``dataset_options`` for :class:`~fda_core.data.datasets.LabelShift` and the target's split
-    (config keys), for its ``partition``.
+#: The reference's Oracle of the semi-synthetic rows (``oracle_noniid.py``) trains on a random 90 % of the target
+#: client, all labelled, and is tested on the other 10 % (``docs/experiments.md`` § Semi-synthetic shifts).
+REFERENCE_ORACLE_TRAIN_FRACTION = 0.9
+
+
+def label_shift_setting(partition: str, labelled_fraction: float,
+                        client_size: int) -> tuple[dict, dict, dict[str, dict[str, float]]]:
+    """The label-shift runs' ``dataset_options`` for :class:`~fda_core.data.datasets.LabelShift`, the target's split
+    (config keys) and the per-row split of the Oracle (``per_method`` of
+    :func:`fda_core.experiments.federated.sweep_configs`), for its ``partition``.
 
     "equal_size": clients of ``client_size`` and ``labelled_fraction`` of the target's train split labelled (the engine's
-    ``train_fraction`` stays the caller's). "reference": the reference's ``imbalance-class-η`` clients, and its
-    ``main_noniid.py`` split of the target: ``labelled_fraction`` of the whole target client labelled, tested on the
-    rest (``train_fraction`` = ``labelled_fraction``, ``target_fraction`` 1; ``docs/experiments.md`` § Semi-synthetic
-    shifts). ValueError for another partition."""
+    ``train_fraction`` stays the caller's, the Oracle's too). "reference": the reference's ``imbalance-class-η``
+    clients, and its ``main_noniid.py`` split of the target: ``labelled_fraction`` of the whole target client
+    labelled, tested on the rest (``train_fraction`` = ``labelled_fraction``, ``target_fraction`` 1); its Oracle
+    (``oracle_noniid.py``) trains on :data:`REFERENCE_ORACLE_TRAIN_FRACTION` of the target client and is tested on the
+    rest (``docs/experiments.md`` § Semi-synthetic shifts). ValueError for another partition."""
     from ..data.datasets.semi_synthetic import LABEL_SHIFT_PARTITIONS
 
     if partition not in LABEL_SHIFT_PARTITIONS:
         raise ValueError(f"partition must be one of {list(LABEL_SHIFT_PARTITIONS)}, got {partition!r}")
     if partition == "equal_size":
-        return {"client_size": client_size}, {"target_fraction": labelled_fraction}
-    return {"partition": "reference"}, {"train_fraction": labelled_fraction, "target_fraction": 1.0}
+        return {"client_size": client_size}, {"target_fraction": labelled_fraction}, {}
+    return ({"partition": "reference"}, {"train_fraction": labelled_fraction, "target_fraction": 1.0},
+            {"oracle": {"train_fraction": REFERENCE_ORACLE_TRAIN_FRACTION}})
 
 
 PAPER: dict[str, dict] = {
