@@ -436,6 +436,32 @@ def test_label_shift_partition_is_checked(mnist):
     assert all(torch.equal(a, b) for a, b in zip(default.client_indices, equal.client_indices))
 
 
+@pytest.mark.parametrize("partition", ["reference", "equal_size"])
+def test_label_shift_images_per_class(mnist, partition):
+    """images_per_class keeps a seeded random n of every class before the partition (400 of MNIST-5k's 500 here): the
+    reference partition's sizes then follow from 400 per class (at η = 0.45 a target of 3·(400 − 180) + 7·180 = 1,920),
+    client_indices still index the base, and None draws nothing (the partitions stay those of the runs before)."""
+    _, y = mnist
+    ds = D.get_dataset("LabelShift", eta=0.45, seed=2, partition=partition, images_per_class=400)
+    counts = ds.class_counts()
+    if partition == "reference":
+        assert (counts.sum(0) == 400).all() and ds.env_sizes()[9] == 1920 and sum(ds.env_sizes()) == 4000
+    else:
+        assert (counts.sum(0) <= 400).all() and counts.sum() == 10 * ds.client_size
+    for idx, (_, yy) in zip(ds.client_indices, ds):
+        assert torch.equal(y[idx], yy)  # indices into the base, not into the subset
+    _assert_disjoint(ds, 5000)
+    assert "400 images of each class drawn at random from MNIST-5k" in ds.describe()
+    again = D.get_dataset("LabelShift", eta=0.45, seed=2, partition=partition, images_per_class=400)
+    assert all(torch.equal(a, b) for a, b in zip(ds.client_indices, again.client_indices))
+    plain = D.get_dataset("LabelShift", eta=0.45, seed=2, partition=partition)
+    none = D.get_dataset("LabelShift", eta=0.45, seed=2, partition=partition, images_per_class=None)
+    assert all(torch.equal(a, b) for a, b in zip(plain.client_indices, none.client_indices))
+    for bad in (0, 501, True, 2.5):
+        with pytest.raises(ValueError, match="images_per_class must be"):
+            D.get_dataset("LabelShift", eta=0.45, partition=partition, images_per_class=bad)
+
+
 def test_label_shift_class_subset():
     ds = D.get_dataset("LabelShift", eta=0.25, classes=(5, 6, 7, 8), minority_classes=(8,))
     assert ds.num_classes == 4 and ds.d1 == [3]

@@ -106,7 +106,8 @@ def test_semi_synthetic_label_shift_partition(tmp_path):
     labels label_shift_fraction of the whole target and tests on the rest (main_noniid.py), and trains the Oracle on
     90 % of the target, tested on the other 10 % (oracle_noniid.py); "equal_size" keeps the configs of the runs
     committed before (clients of label_shift_client_size, label_shift_fraction of the target's train split labelled,
-    the Oracle on the whole train split); anything else is refused by name before any run."""
+    the Oracle on the whole train split); anything else is refused by name before any run; so is a negative
+    label_shift_images_per_class."""
     nb = ROOT / "notebooks" / "05_semi_synthetic.ipynb"
     names = ("label_shift_data", "label_shift_split", "label_shift_rows")
     assert derived(nb, tmp_path, names) == {
@@ -116,6 +117,11 @@ def test_semi_synthetic_label_shift_partition(tmp_path):
         "label_shift_data": {"client_size": 300}, "label_shift_split": {"target_fraction": 0.15}, "label_shift_rows": {}}
     got = derived(nb, tmp_path, label_shift_partition="imbalance")
     assert got["error"] == "ValueError" and "label_shift_partition" in got["message"] and "equal_size" in got["message"], got
+    # label_shift_images_per_class: a per-class subset first (6,000 on Fashion-MNIST: its training set's class sizes)
+    got = derived(nb, tmp_path, names[:1], label_shift_images_per_class=400)
+    assert got == {"label_shift_data": {"partition": "reference", "images_per_class": 400}}, got
+    got = derived(nb, tmp_path, label_shift_images_per_class=-1)
+    assert got["error"] == "ValueError" and "label_shift_images_per_class must be an integer" in got["message"], got
 
 
 def test_beside_paper_names_a_row_by_its_alias():

