@@ -469,6 +469,12 @@ def test_reproduction_doc_quotes_the_reference_partition_sweep():
                + " and ".join(f"{v:.1f}" for v in sorted(fedda)) + " in the two seeds)")
     says(flat, f"Finetune_Offline at η = 0, {ours.loc['Finetune_Offline', '0.0']:.1f} where the paper has "
                f"{paper.loc['Finetune_Offline', 0.0]:.2f}")
+    frozen = _csv(FIGURES / "05_semi_synthetic" / "label_shift_finetune_freeze" / "label_shift_table.csv").set_index("method")
+    for label in ("Source only", "Finetune_Offline", "Target only (after warm-up)"):  # the same runs as the sweep's
+        assert (frozen.loc[label, [str(e) for e in etas]] == ours.loc[label, [str(e) for e in etas]]).all(), label
+    says(flat, f"It does not explain the 33.25 either: on the same sweep it scores "
+               f"{frozen.loc['Finetune_Offline (last layer only)', '0.0']:.1f} at η = 0")
+    assert abs(paper.loc["Finetune_Offline", 0.0] - 100 / 3) < 0.1  # one of three equally frequent classes
     report = pd.read_csv(FIGURES / "reproduction.csv", comment="#")
     mine = report[report["table"] == "Fig. 3 / Table 7 (label shift)"]
     same = int((mine["verdict"] == "same ordering").sum())

@@ -141,6 +141,37 @@ def test_finetune_offline_starts_a_fresh_optimiser_every_epoch_by_default(monkey
         run(rule="finetune_offline", method_options={"optimizer_reset": "never"})
 
 
+@pytest.mark.parametrize("freeze", [True, False])
+def test_finetune_offline_freeze_fine_tunes_the_last_layer_only(freeze):
+    """freeze=True (the reference's main_noniid_finetune_offline.py --freeze, which trains only fc3): the fine-tuning
+    epochs move the classifier's parameters and no other; False moves the others too. The option was added after
+    runs were stored, so at its default it stays out of method_options (Option keyed=False): their keys stand."""
+    from fda_core.experiments.methods.fda import _all_but_classifier
+
+    method = get_method("finetune_offline", freeze=freeze)
+    c = make_config(**{**BASE, "rule": "finetune_offline", "method_options": method.option_values})
+    r = federated.Run(c, method, Blobs())
+    for k in range(1, c["rounds"] + 1):
+        r.round(k)
+    before = r.theta.clone()
+    r.method.after_training(r)
+    moved, frozen = r.theta != before, _all_but_classifier(r.model)
+    head = r.model.module.classifier
+    assert int((~frozen).sum()) == head.weight.numel() + head.bias.numel()  # the mask is the classifier's
+    assert moved[~frozen].any()
+    assert moved[frozen].any() != freeze
+    assert ("freeze" in method.option_values) == freeze and method.display_label.endswith("(last layer only)") == freeze
+    assert get_method(method.spec).option_values == method.option_values
+
+
+def test_finetune_offline_freeze_needs_a_classifier():
+    from fda_core.experiments.methods.fda import _all_but_classifier
+    from fda_core.experiments.flat import FlatModel
+
+    with pytest.raises(ValueError, match="freeze=True needs a model with a `classifier`"):
+        _all_but_classifier(FlatModel(nn.Sequential(nn.Linear(3, 2))))
+
+
 @pytest.mark.parametrize("projection", ["exact", "exact_layerwise", "cosine"])
 def test_projection_variants_differ_and_run(projection):
     res = run(rule="fedgp", projection=projection, rounds=3)

@@ -579,14 +579,16 @@ class Run:
             return evaluate_metrics(module, self.target["x_test"], self.target["y_test"], self.metrics)
 
     def train_target(self, *, epochs: int, lr: float, step: int, reset_optimizer: bool = True,
-                     who: str = "target client") -> int:
+                     who: str = "target client", before_step: Callable[[], None] | None = None) -> int:
         """Train the target from the global model on its labelled samples and make the result the global
         model (parameters and BatchNorm statistics); ``step`` names the random stream (the after-training
-        steps continue the round numbers). Returns the number of optimiser steps."""
+        steps continue the round numbers); ``before_step()`` runs between every backward pass and optimiser step
+        (:func:`fda_core.experiments.flat.local_train`). Returns the number of optimiser steps."""
         c = self.config
         client = ClientInfo("target", 0, self.target_name, 0)
         steps = self._train(self.target["x_lab"], self.target["y_lab"], epochs=epochs, batch_size=c["target_batch_size"],
-                            lr=lr, key=(step, _TARGET, 0), who=who, client=client, reset_optimizer=reset_optimizer)
+                            lr=lr, key=(step, _TARGET, 0), who=who, client=client, reset_optimizer=reset_optimizer,
+                            before_step=before_step)
         self.theta.copy_(self.model.flat)
         self.buffers = self.model.buffers()
         return steps

@@ -231,7 +231,12 @@ class FinetuneOffline(Method):
 
     A target with input noise drawn anew every round (``noise_draw="per_round"``) gets a new draw for every
     fine-tuning epoch too, numbered on from the rounds (epoch e is draw ``rounds + e``), as the scripts' data
-    loading draws new noise at every load."""
+    loading draws new noise at every load.
+
+    Option ``freeze``: True fine-tunes the model's last layer only (its ``classifier``; the other parameters get no
+    gradient, so Adam leaves them as they are), as the reference's ``main_noniid_finetune_offline.py --freeze`` trains
+    only ``fc3``; its scripts run both forms (``docs/reproduction.md`` § On the paper's data). False (the default):
+    every parameter."""
 
     name, label = "finetune_offline", "Finetune_Offline"
     options = {"epochs": Option(None, _check_optional_epochs, lambda v: f"{v} epochs",
@@ -239,17 +244,39 @@ class FinetuneOffline(Method):
                "optimizer_reset": Option("epoch", lambda v, n: check_choice(v, n, ("epoch", "once")),
                                          lambda v: "one optimiser run" if v == "once" else "fresh Adam per epoch",
                                          "'epoch': a fresh optimiser every fine-tuning epoch (the reference "
-                                         "scripts); 'once': one optimiser run over all the epochs")}
+                                         "scripts); 'once': one optimiser run over all the epochs"),
+               # added after results were stored: keyed=False keeps their keys (Option)
+               "freeze": Option(False, _check_bool, lambda v: "last layer only", "True: fine-tune the last layer "
+                                "only (the reference's --freeze)", keyed=False)}
 
     def after_training(self, run: Any) -> None:
         c = run.config
         epochs = c["rounds"] if self.epochs is None else self.epochs
         lr = c["target_lr"] * (c["lr_decay"] if c["warmup_rounds"] > 0 else 1.0)
+        frozen = _all_but_classifier(run.model) if self.freeze else None
+        before_step = None if frozen is None else (lambda: run.model.grad.masked_fill_(frozen, 0.0))
         for e in range(1, epochs + 1):
             reset = self.optimizer_reset == "epoch" or e == 1
             run.refresh_input_noise(c["rounds"] + e)  # a no-op without per-round input noise
-            run.train_target(epochs=1, lr=lr, step=c["rounds"] + e, reset_optimizer=reset, who="target fine-tuning")
+            run.train_target(epochs=1, lr=lr, step=c["rounds"] + e, reset_optimizer=reset, who="target fine-tuning",
+                             before_step=before_step)
             run.evaluate(c["rounds"] + e, "finetune", lr_source=0.0, lr_target=lr)
+
+
+def _all_but_classifier(fm: Any) -> Tensor:
+    """(m,) bool: True at the flat positions of every parameter but those of the module's ``classifier`` (its last
+    layer). ValueError when the model has none."""
+    head = getattr(fm.module, "classifier", None)
+    if not isinstance(head, torch.nn.Module) or not any(True for _ in head.parameters()):
+        raise ValueError(f"Finetune_Offline's freeze=True needs a model with a `classifier` layer (the one it "
+                         f"fine-tunes); {type(fm.module).__name__} has none")
+    own = {id(p) for p in head.parameters()}
+    names = {n for n, p in fm.module.named_parameters() if id(p) in own}
+    mask = torch.ones(fm.m, dtype=torch.bool, device=fm.flat.device)
+    for name, offset, size, _ in fm.layout:
+        if name in names:
+            mask[offset:offset + size] = False
+    return mask
 
 
 class Oracle(Method):

@@ -21,13 +21,17 @@ class Option:
 
     ``default`` its value when not given; ``check(value, name)`` returns the normalised value or raises
     ValueError naming the option and its allowed values; ``show(value)`` how a non-default value appears
-    in the display label (None: never shown); ``doc`` one line of help.
+    in the display label (None: never shown); ``doc`` one line of help. ``keyed=False`` marks an option added after
+    results were stored: at its default it stays out of :attr:`Method.option_values` (a run's ``method_options``,
+    so its result-store key and the CSV notes), so the runs stored before it keep their keys and regenerate the same
+    files; set, it is recorded like any option.
     """
 
     default: Any
     check: Callable[[Any, str], Any]
     show: Callable[[Any], str] | None = None
     doc: str = ""
+    keyed: bool = True
 
 
 def _beta_option(default: float = 0.5) -> Option:
@@ -278,8 +282,9 @@ class Method:
 
     @property
     def option_values(self) -> dict[str, Any]:
-        """Every option's value, in declaration order."""
-        return {k: getattr(self, k) for k in self.options}
+        """Every option's value, in declaration order; an option declared ``keyed=False`` only when it differs from
+        its default (:class:`Option`)."""
+        return {k: getattr(self, k) for k, opt in self.options.items() if opt.keyed or getattr(self, k) != opt.default}
 
     @property
     def changed_options(self) -> dict[str, Any]:
