@@ -419,6 +419,55 @@ def test_reproduction_doc_quotes_the_fashion_mnist_label_shift_run():
          f"{max(fedgp_under):.0f} points under it")
 
 
+def test_reproduction_doc_quotes_the_fashion_mnist_reference_partition_run():
+    """docs/reproduction.md § On the paper's data, "The reference's partition on the paper's data": each cell is the
+    committed run's accuracy beside the paper's Table 7; the run has the reference's sizes (6,000 images per class,
+    15 % of the target labelled, the Oracle on 90 %), and the gaps, orders and counts it quotes are the runs'."""
+    from fda_core.experiments.methods import paper_label
+    from fda_core.experiments.paper_numbers import paper_table
+
+    runs = _csv(FIGURES / "05_semi_synthetic" / "fashion_mnist_label_shift_reference" / "label_shift.csv")
+    text = (ROOT / "docs" / "reproduction.md").read_text(encoding="utf-8")
+    flat = " ".join(text.split())
+    paper = paper_table("LabelShift")
+    etas = (0.45, 0.15)
+    runs = runs.assign(name=runs["method"].map(paper_label).str.replace(" (after warm-up)", "", regex=False))
+    ours = runs.set_index(["name", "eta"])["final_acc"]
+    assert set(runs["seed"]) == {0} and sorted(set(runs["eta"])) == [0.15, 0.45]
+    # the reference's imbalance-class-η sizes on 6,000 images per class (noniid_utils.py), 15 % labelled
+    target = {eta: 3 * (6000 - int(6000 * eta)) + 7 * int(6000 * eta) for eta in etas}
+    for eta in etas:
+        at = runs[runs["eta"] == eta].set_index("name")["n_target_labeled"]
+        assert set(at.drop("Oracle")) == {int(0.15 * target[eta])} and at["Oracle"] == int(0.9 * target[eta]), eta
+    says(flat, f"the target holds {target[0.45]:,} images at η = 0.45 ({int(0.15 * target[0.45]):,} labelled) and "
+               f"{target[0.15]:,} at 0.15 ({int(0.15 * target[0.15]):,}), the reference's sizes")
+    rows = markdown_table(text, "| method | η = 0.45, reference partition | η = 0.15, reference partition |")
+    assert [r[0] for r in rows] == ["Source only", "FedDA", "FedGP", "Target only", "Oracle"]
+    for name, *cells in rows:
+        for eta, cell in zip(etas, cells):
+            mine, theirs = (number(x) for x in cell.split("/"))
+            assert close(mine, ours[name, eta]), (name, eta, cell)
+            assert theirs == pytest.approx(paper.loc[name, eta]), (name, eta, cell)
+    worst = max(abs(ours[n, e] - paper.loc[n, e]) for n, e in ours.index)
+    says(flat, f"Every value lies within {worst:.1f} points of the paper's")
+    says(" ".join((ROOT / "README.md").read_text(encoding="utf-8").split()),
+         f"every value within {worst:.1f} points of the paper's Table 7, the paper's order at η = 0.15")
+    equal = _csv(FIGURES / "05_semi_synthetic" / "fashion_mnist_label_shift" / "label_shift.csv")
+    equal_fedgp = equal[(equal["method"] == "FedGP (cosine)") & (equal["eta"] == 0.45)]["final_acc"].item()
+    says(flat, f"FedGP, {paper.loc['FedGP', 0.45] - equal_fedgp:.1f} points under the paper at η = 0.45 with clients of "
+               f"4,560 images, is now {ours['FedGP', 0.45] - paper.loc['FedGP', 0.45]:.1f} above it")
+    report = pd.read_csv(FIGURES / "reproduction.csv", comment="#")
+    mine = report[report["table"] == "Fig. 3 / Table 7 (label shift, the paper's scripts and partition, Fashion-MNIST)"]
+    same = mine["verdict"] == "same ordering"
+    assert same[mine["setting"] == "eta 0.15"].all() and len(mine) == 10
+    says(flat, f"counts {int(same.sum())} of the 10 rows \"same ordering\"")
+    swapped = mine[(mine["setting"] == "eta 0.45") & ~same].set_index("method")
+    assert set(swapped.index) == {"FedGP", "Source only"}
+    assert (swapped.loc["FedGP", "rank_ours"], swapped.loc["Source only", "rank_ours"]) == (2, 3)
+    says(flat, f"trade second and third place ({ours['FedGP', 0.45]:.1f} and {ours['Source only', 0.45]:.1f}; the paper "
+               f"has {paper.loc['FedGP', 0.45]:.2f} and {paper.loc['Source only', 0.45]:.2f})")
+
+
 def test_reproduction_doc_quotes_the_reference_partition_sweep():
     """docs/reproduction.md § On the paper's data, "The reference's partition": notebook 05's committed label-shift
     sweep runs the reference's imbalance-class-η partition (15 % of the whole target labelled, the Oracle on 90 %); the
