@@ -357,30 +357,42 @@ def test_reproduction_doc_quotes_the_per_round_noise_run():
     says(flat, "reaches 79.2% with fresh noise against 71.8% with fixed noise")
 
 
-def test_reproduction_doc_quotes_the_fashion_mnist_label_shift_run():
-    """docs/reproduction.md § On the paper's data, "Label shift on the paper's data": each cell is the committed run's
-    accuracy beside the paper's Table 7, the gaps and the labelled counts it quotes are the runs' (342 on Fashion-MNIST,
-    22 in the MNIST-5k sweep), and the report counts what it says for that table."""
+def _label_shift_runs(path: Path) -> tuple[pd.DataFrame, pd.Series]:
+    """A label-shift run file with each row's paper name (Target only after the warm-up is the paper's Target only),
+    and its accuracies indexed by (name, eta)."""
     from fda_core.experiments.methods import paper_label
-    from fda_core.experiments.paper_numbers import paper_table
 
-    runs = _csv(FIGURES / "05_semi_synthetic" / "fashion_mnist_label_shift" / "label_shift.csv")
-    small = _csv(FIGURES / "05_semi_synthetic" / "label_shift_equal_size" / "label_shift.csv")
-    text = (ROOT / "docs" / "reproduction.md").read_text(encoding="utf-8")
-    flat = " ".join(text.split())
-    paper = paper_table("LabelShift")
-    etas = (0.45, 0.15, 0.05, 0.0)
+    runs = _csv(path)
     runs = runs.assign(name=runs["method"].map(paper_label).str.replace(" (after warm-up)", "", regex=False))
-    ours = runs.set_index(["name", "eta"])["final_acc"]
-    assert set(runs["seed"]) == {0} and set(runs["client_size"]) == {4560} and set(runs["n_target_labeled"]) == {342}
-    assert set(small["n_target_labeled"]) == {22} and set(small["client_size"]) == {300}
-    rows = markdown_table(text, "| method | η = 0.45 | η = 0.15 | η = 0.05 | η = 0 |")
+    return runs, runs.set_index(["name", "eta"])["final_acc"]
+
+
+def _check_ours_beside_paper(text: str, header: str, etas, ours: pd.Series, paper: pd.DataFrame) -> None:
+    """The markdown table under ``header``: the five Table-7 rows, each cell "ours / paper" at its η."""
+    rows = markdown_table(text, header)
     assert [r[0] for r in rows] == ["Source only", "FedDA", "FedGP", "Target only", "Oracle"]
     for name, *cells in rows:
         for eta, cell in zip(etas, cells):
             mine, theirs = (number(x) for x in cell.split("/"))
             assert close(mine, ours[name, eta]), (name, eta, cell)
             assert theirs == pytest.approx(paper.loc[name, eta]), (name, eta, cell)
+
+
+def test_reproduction_doc_quotes_the_fashion_mnist_label_shift_run():
+    """docs/reproduction.md § On the paper's data, "Label shift on the paper's data": each cell is the committed run's
+    accuracy beside the paper's Table 7, the gaps and the labelled counts it quotes are the runs' (342 on Fashion-MNIST,
+    22 in the MNIST-5k sweep), and the report counts what it says for that table."""
+    from fda_core.experiments.paper_numbers import paper_table
+
+    runs, ours = _label_shift_runs(FIGURES / "05_semi_synthetic" / "fashion_mnist_label_shift" / "label_shift.csv")
+    small = _csv(FIGURES / "05_semi_synthetic" / "label_shift_equal_size" / "label_shift.csv")
+    text = (ROOT / "docs" / "reproduction.md").read_text(encoding="utf-8")
+    flat = " ".join(text.split())
+    paper = paper_table("LabelShift")
+    etas = (0.45, 0.15, 0.05, 0.0)
+    assert set(runs["seed"]) == {0} and set(runs["client_size"]) == {4560} and set(runs["n_target_labeled"]) == {342}
+    assert set(small["n_target_labeled"]) == {22} and set(small["client_size"]) == {300}
+    _check_ours_beside_paper(text, "| method | η = 0.45 | η = 0.15 | η = 0.05 | η = 0 |", etas, ours, paper)
     gap = {(n, e): ours[n, e] - paper.loc[n, e] for n in ("FedGP", "Target only") for e in etas}
     says(flat, f"FedGP lies {-gap['FedGP', 0.45]:.1f} and {-gap['FedGP', 0.15]:.1f} points below it at η = 0.45 and "
                f"0.15, {gap['FedGP', 0.05]:.1f} above at 0.05 and {-gap['FedGP', 0.0]:.1f} below at 0")
@@ -423,16 +435,13 @@ def test_reproduction_doc_quotes_the_fashion_mnist_reference_partition_run():
     """docs/reproduction.md § On the paper's data, "The reference's partition on the paper's data": each cell is the
     committed run's accuracy beside the paper's Table 7; the run has the reference's sizes (6,000 images per class,
     15 % of the target labelled, the Oracle on 90 %), and the gaps, orders and counts it quotes are the runs'."""
-    from fda_core.experiments.methods import paper_label
     from fda_core.experiments.paper_numbers import paper_table
 
-    runs = _csv(FIGURES / "05_semi_synthetic" / "fashion_mnist_label_shift_reference" / "label_shift.csv")
+    runs, ours = _label_shift_runs(FIGURES / "05_semi_synthetic" / "fashion_mnist_label_shift_reference" / "label_shift.csv")
     text = (ROOT / "docs" / "reproduction.md").read_text(encoding="utf-8")
     flat = " ".join(text.split())
     paper = paper_table("LabelShift")
     etas = (0.45, 0.15)
-    runs = runs.assign(name=runs["method"].map(paper_label).str.replace(" (after warm-up)", "", regex=False))
-    ours = runs.set_index(["name", "eta"])["final_acc"]
     assert set(runs["seed"]) == {0} and sorted(set(runs["eta"])) == [0.15, 0.45]
     # the reference's imbalance-class-η sizes on 6,000 images per class (noniid_utils.py), 15 % labelled
     target = {eta: 3 * (6000 - int(6000 * eta)) + 7 * int(6000 * eta) for eta in etas}
@@ -441,13 +450,8 @@ def test_reproduction_doc_quotes_the_fashion_mnist_reference_partition_run():
         assert set(at.drop("Oracle")) == {int(0.15 * target[eta])} and at["Oracle"] == int(0.9 * target[eta]), eta
     says(flat, f"the target holds {target[0.45]:,} images at η = 0.45 ({int(0.15 * target[0.45]):,} labelled) and "
                f"{target[0.15]:,} at 0.15 ({int(0.15 * target[0.15]):,}), the reference's sizes")
-    rows = markdown_table(text, "| method | η = 0.45, reference partition | η = 0.15, reference partition |")
-    assert [r[0] for r in rows] == ["Source only", "FedDA", "FedGP", "Target only", "Oracle"]
-    for name, *cells in rows:
-        for eta, cell in zip(etas, cells):
-            mine, theirs = (number(x) for x in cell.split("/"))
-            assert close(mine, ours[name, eta]), (name, eta, cell)
-            assert theirs == pytest.approx(paper.loc[name, eta]), (name, eta, cell)
+    _check_ours_beside_paper(text, "| method | η = 0.45, reference partition | η = 0.15, reference partition |", etas,
+                             ours, paper)
     worst = max(abs(ours[n, e] - paper.loc[n, e]) for n, e in ours.index)
     says(flat, f"Every value lies within {worst:.1f} points of the paper's")
     says(" ".join((ROOT / "README.md").read_text(encoding="utf-8").split()),

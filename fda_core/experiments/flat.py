@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["FlatModel", "FlatAdam", "local_train", "count_steps", "accuracy", "cross_entropy"]
+__all__ = ["FlatModel", "FlatAdam", "local_train", "count_steps", "accuracy", "cross_entropy", "classifier_positions"]
 
 class FlatModel:
     """Wrap ``module`` so that its trainable parameters are views into one flat vector.
@@ -160,6 +160,20 @@ def local_train(fm: FlatModel, opt: FlatAdam, x: Tensor, y: Tensor, *, epochs: i
     if not bool(torch.isfinite(loss_sum)):
         raise FloatingPointError(f"{who}: the training loss became NaN/inf (lower the learning rate)")
     return steps
+
+
+def classifier_positions(fm: FlatModel, who: str) -> Tensor:
+    """Positions (in ``fm.flat``) of the module's ``classifier``, its last linear layer (every model of
+    :mod:`fda_core.data.models` names it so): FedRep's head, what Finetune_Offline's ``freeze`` fine-tunes.
+    ValueError naming ``who`` when the module has no classifier holding trainable parameters."""
+    head = getattr(fm.module, "classifier", None)
+    own = {id(p) for p in head.parameters()} if isinstance(head, nn.Module) else set()
+    names = {n for n, p in fm.module.named_parameters() if id(p) in own}
+    idx = [torch.arange(o, o + k) for n, o, k, _ in fm.layout if n in names]
+    if not idx:
+        raise ValueError(f"{who} needs a model with a `classifier` layer holding trainable parameters; "
+                         f"{type(fm.module).__name__} has none")
+    return torch.cat(idx).to(fm.flat.device)
 
 
 def count_steps(n: int, batch_size: int, epochs: int) -> int:

@@ -27,7 +27,7 @@ from torch import Tensor
 
 from ..common.checks import check_choice, check_int, check_number
 from ..common.seeding import generator
-from .flat import cross_entropy
+from .flat import classifier_positions, cross_entropy
 from .methods import ClientInfo, Method, Option, RoundInfo, RoundPlan, ServerResult, register_method
 
 __all__ = ["Ditto", "FedRep", "APFL", "KNNPer", "head_indices", "KNN_WEIGHT_GRID", "KNN_CAPACITY_GRID",
@@ -189,13 +189,7 @@ class APFL(_PersonalTarget):
 def head_indices(run: Any) -> Tensor:
     """Positions (in the flat parameter vector) of the model's classifier, the "head" of FedRep (the last
     linear layer: ``module.classifier`` of every model of :mod:`fda_core.data.models`)."""
-    module = run.model.module
-    head = {id(p) for p in module.classifier.parameters()}
-    names = {n for n, p in module.named_parameters() if id(p) in head}
-    idx = [torch.arange(o, o + k) for n, o, k, _ in run.model.layout if n in names]
-    if not idx:
-        raise ValueError("FedRep needs a model whose classifier holds trainable parameters")
-    return torch.cat(idx).to(run.model.flat.device)
+    return classifier_positions(run.model, "FedRep")
 
 
 class FedRep(Method):

@@ -12,6 +12,7 @@ from torch import Tensor
 from ...common.checks import check_choice, check_number
 from ...core import aggregation
 from ...core.estimators import auto_beta
+from ..flat import classifier_positions
 from .interface import (Method, Option, RoundInfo, RoundPlan, RoundResults, ServerResult, TargetTraining, _beta_option,
                         _check_bool, _check_optional_epochs, _fedavg, _projection_option)
 
@@ -266,16 +267,8 @@ class FinetuneOffline(Method):
 def _all_but_classifier(fm: Any) -> Tensor:
     """(m,) bool: True at the flat positions of every parameter but those of the module's ``classifier`` (its last
     layer). ValueError when the model has none."""
-    head = getattr(fm.module, "classifier", None)
-    if not isinstance(head, torch.nn.Module) or not any(True for _ in head.parameters()):
-        raise ValueError(f"Finetune_Offline's freeze=True needs a model with a `classifier` layer (the one it "
-                         f"fine-tunes); {type(fm.module).__name__} has none")
-    own = {id(p) for p in head.parameters()}
-    names = {n for n, p in fm.module.named_parameters() if id(p) in own}
     mask = torch.ones(fm.m, dtype=torch.bool, device=fm.flat.device)
-    for name, offset, size, _ in fm.layout:
-        if name in names:
-            mask[offset:offset + size] = False
+    mask[classifier_positions(fm, "Finetune_Offline's freeze=True")] = False
     return mask
 
 
