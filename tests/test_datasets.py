@@ -399,6 +399,10 @@ def test_label_shift(mnist, eta):
     assert 9 * a + (m + step - a) > 1500 or 9 * (m + step - a) + a > 3500
     fixed = D.get_dataset("LabelShift", eta=eta, client_size=300)
     assert fixed.env_sizes() == [300] * 10 and f"{ds.client_size:,}" in ds.describe()
+    # the description says which case made the size: the largest the pools allow, or the caller's client_size
+    assert "(the largest the pools allow)" in ds.describe() and "changes with η" in ds.describe()
+    assert "300 examples each (client_size)" in fixed.describe() and "fixed by client_size" in fixed.describe()
+    assert "largest" not in fixed.describe() and "changes with η" not in fixed.describe()
 
 
 @pytest.mark.parametrize("eta", [0.0, 0.05, 0.45, 0.5])

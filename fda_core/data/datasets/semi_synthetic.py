@@ -323,6 +323,7 @@ class LabelShift(_SemiSynthetic):
             m = int(client_size)
         a, _, _ = needs(m)
         self.client_size, self.n_minority_source = m, a
+        self._client_size_given = client_size is not None
         p1 = p2 = 0
         for j in range(n_sources + 1):
             k1 = a if j < n_sources else m - a  # sources: eta from D1; target: 1 - eta from D1
@@ -384,13 +385,15 @@ class LabelShift(_SemiSynthetic):
         diff = (
             "the paper uses Fashion-MNIST (70,000 images); here the base is "
             + ("MNIST-5k, so clients are far smaller" if self.base == "mnist" and self.data_root is None else self._base_text)
-            + "; the client size changes with η unless client_size is fixed"
+            + ("; the client size is fixed by client_size, so every η has the same sizes" if self._client_size_given
+               else "; the client size changes with η (client_size not given)")
         )
         return (
             f"LabelShift (FedGP paper Sec. 5.2): {self._base_text}; D1 = classes {self.minority_classes}, D2 = the other "
             f"{len(self.d2)}; η = {self.eta:g}; {len(self) - 1} sources with {a} D1 + {m - a} D2 examples each and a "
             f"target with {m - a} D1 + {a} D2 examples (proportion {exact}); all {len(self)} clients disjoint, "
-            f"{m:,} examples each (the largest the pools allow unless client_size was given); seed {self.seed}. "
+            f"{m:,} examples each ({'client_size' if self._client_size_given else 'the largest the pools allow'}); "
+            f"seed {self.seed}. "
             f"Differences: {diff}."
         )
 
