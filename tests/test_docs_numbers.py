@@ -610,11 +610,11 @@ def test_reproduction_doc_quotes_the_fedda_eta0_run_at_the_paper_budget():
     fedda = runs[runs["name"] == "FedDA"]["final_acc"]
     says(flat, f"five seeds end between {fedda.min():.1f} and {fedda.max():.1f}, and it now lies {gap['FedDA']:.1f} "
                "points above the paper")
-    fashion = _csv(FIGURES / "05_semi_synthetic" / "fashion_mnist_label_shift" / "label_shift.csv")
-    fashion_fedda = fashion[(fashion["method"] == "FedDA") & (fashion["eta"] == 0.0)]["final_acc"].item()
+    fashion_fedda = _label_shift_runs(
+        FIGURES / "05_semi_synthetic" / "fashion_mnist_label_shift" / "label_shift.csv")[1]["FedDA", 0.0]
     says(flat, f"it ends at {fashion_fedda:.1f}, {paper.loc['FedDA', 0.0] - fashion_fedda:.1f} under")
-    reference = _csv(FIGURES / "05_semi_synthetic" / "fashion_mnist_label_shift_reference" / "label_shift.csv")
-    reference_fedda = reference[(reference["method"] == "FedDA") & (reference["eta"] == 0.0)]["final_acc"].item()
+    reference_fedda = _label_shift_runs(
+        FIGURES / "05_semi_synthetic" / "fashion_mnist_label_shift_reference" / "label_shift.csv")[1]["FedDA", 0.0]
     says(flat, f"with the reference's partition at {reference_fedda:.1f}, "
                f"{reference_fedda - paper.loc['FedDA', 0.0]:.1f} above (below)")
     report = pd.read_csv(FIGURES / "reproduction.csv", comment="#")
