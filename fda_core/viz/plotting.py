@@ -10,6 +10,7 @@ from pathlib import Path
 
 from typing import Any
 
+import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -18,7 +19,7 @@ from matplotlib.colors import ListedColormap
 from ..common.files import atomic_write, write_table
 from ..experiments.methods import get_method, list_methods
 
-__all__ = ["method_color", "method_display", "set_style", "save_figure", "plot_phase_diagram", "plot_delta_curves",
+__all__ = ["method_color", "method_display", "set_style", "use_bundled_fonts", "save_figure", "plot_phase_diagram", "plot_delta_curves",
            "theory_panels", "plot_mc_vs_formula", "plot_cell_grid",
            "plot_training_curves", "plot_method_bars", "plot_beta_curves", "plot_beta_grid", "plot_accuracy_vs_shift"]
 
@@ -79,10 +80,41 @@ def method_display(key: str) -> str:
 
 
 def set_style() -> None:
-    """The workbook's seaborn style (white grid, paper context)."""
+    """The workbook's seaborn style (white grid, paper context), drawn with matplotlib's own fonts
+    (:func:`use_bundled_fonts`)."""
     import seaborn as sns
 
+    use_bundled_fonts()
     sns.set_theme(context="notebook", style="whitegrid", font_scale=0.95)
+
+
+_BUNDLED_FIRST: list[Any] | None = None  # the font list as use_bundled_fonts left it
+
+
+def use_bundled_fonts() -> None:
+    """Make every font lookup prefer the files matplotlib ships (``mpl-data/fonts/ttf``: DejaVu, STIX, Computer
+    Modern) over system copies of the same families, so figures do not depend on the machine's fonts.
+
+    Why (``docs/architecture.md`` § Conventions, byte-identical figures): matplotlib's font list is cached per user
+    and shared by every environment with the same matplotlib version. A system copy of a bundled family (Debian's
+    fonts-dejavu-core, a newer DejaVu) ties with the bundled one, and the first one listed wins, so the font drawn
+    depended on which environment had built the cache and whether it still existed. The two DejaVu versions number
+    some glyphs differently, and a PDF's font-subset tag is a hash of those numbers: notebook 05's ``beta_sweep.pdf``
+    came out with a different tag from one day to the next. Listing the bundled files first makes every tie go to
+    them. Idempotent; only public matplotlib API (``addfont``, ``ttflist``)."""
+    global _BUNDLED_FIRST
+    from matplotlib import font_manager
+
+    manager = font_manager.fontManager
+    if _BUNDLED_FIRST is not None and manager.ttflist is _BUNDLED_FIRST:
+        return
+    folder = Path(matplotlib.get_data_path(), "fonts", "ttf").resolve()
+    others = [f for f in manager.ttflist if Path(f.fname).resolve().parent != folder]
+    manager.ttflist = list(others)
+    for path in sorted(folder.glob("*.ttf")):  # appended, and addfont empties findfont's cache
+        manager.addfont(str(path))
+    manager.ttflist = manager.ttflist[len(others):] + others
+    _BUNDLED_FIRST = manager.ttflist
 
 
 def save_figure(fig: plt.Figure, out_dir: str | os.PathLike, name: str, data: pd.DataFrame | None = None,

@@ -1,0 +1,51 @@
+"""Figures do not depend on the machine's fonts (fda_core.viz.plotting.use_bundled_fonts; docs/architecture.md
+§ Conventions)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import matplotlib
+import pytest
+from matplotlib import font_manager
+from matplotlib.font_manager import FontProperties
+
+from fda_core.viz.plotting import set_style, use_bundled_fonts
+
+BUNDLED = Path(matplotlib.get_data_path(), "fonts", "ttf").resolve()
+
+
+@pytest.fixture
+def manager(monkeypatch):
+    """matplotlib's font manager with its font list restored, and findfont's cache emptied, afterwards."""
+    fm = font_manager.fontManager
+    monkeypatch.setattr(fm, "ttflist", list(fm.ttflist))
+    yield fm
+    fm._findfont_cached.cache_clear()
+
+
+def test_bundled_fonts_win_over_a_copy_of_the_same_family_listed_first(manager, tmp_path):
+    # a "system" copy of DejaVu Sans, listed before everything: it wins the tie, as Debian's copy did here
+    copy = tmp_path / "DejaVuSans.ttf"
+    shutil.copy(BUNDLED / "DejaVuSans.ttf", copy)
+    manager.addfont(str(copy))
+    manager.ttflist.insert(0, manager.ttflist.pop())
+    assert Path(font_manager.findfont("DejaVu Sans")).resolve() == copy.resolve()
+
+    use_bundled_fonts()
+    for prop in (FontProperties(family="DejaVu Sans"), FontProperties(family="DejaVu Sans", style="italic"),
+                 FontProperties(family="DejaVu Sans", weight="bold")):
+        assert Path(font_manager.findfont(prop)).resolve().parent == BUNDLED, prop
+    assert any(Path(f.fname).resolve() == copy.resolve() for f in manager.ttflist)  # other fonts stay listed
+
+
+def test_set_style_uses_the_bundled_fonts_and_lists_each_once(manager):
+    set_style()
+    listed = len(manager.ttflist)
+    set_style()
+    assert len(manager.ttflist) == listed
+    bundled = [f for f in manager.ttflist if Path(f.fname).resolve().parent == BUNDLED]
+    assert bundled and manager.ttflist[:len(bundled)] == bundled
+    assert len({(f.fname, f.name, f.style, f.weight) for f in bundled}) == len(bundled)
+    assert Path(font_manager.findfont("DejaVu Sans")).resolve().parent == BUNDLED
