@@ -11,7 +11,9 @@ import pytest
 from matplotlib import font_manager
 from matplotlib.font_manager import FontProperties
 
-from fda_core.viz.plotting import set_style, use_bundled_fonts
+import matplotlib.pyplot as plt
+
+from fda_core.viz.plotting import save_figure, set_style, use_bundled_fonts
 
 BUNDLED = Path(matplotlib.get_data_path(), "fonts", "ttf").resolve()
 
@@ -48,4 +50,20 @@ def test_set_style_uses_the_bundled_fonts_and_lists_each_once(manager):
     bundled = [f for f in manager.ttflist if Path(f.fname).resolve().parent == BUNDLED]
     assert bundled and manager.ttflist[:len(bundled)] == bundled
     assert len({(f.fname, f.name, f.style, f.weight) for f in bundled}) == len(bundled)
+    assert Path(font_manager.findfont("DejaVu Sans")).resolve().parent == BUNDLED
+
+
+def test_save_figure_uses_the_bundled_fonts_without_set_style(manager, tmp_path):
+    copy = tmp_path / "DejaVuSans.ttf"
+    shutil.copy(BUNDLED / "DejaVuSans.ttf", copy)
+    manager.addfont(str(copy))
+    manager.ttflist.insert(0, manager.ttflist.pop())
+    assert Path(font_manager.findfont("DejaVu Sans")).resolve() == copy.resolve()
+    fig, ax = plt.subplots()
+    ax.set_title("β = 0.5")
+    try:
+        written = save_figure(fig, tmp_path / "out", "check")
+    finally:
+        plt.close(fig)
+    assert [p.suffix for p in written] == [".png", ".pdf"]
     assert Path(font_manager.findfont("DejaVu Sans")).resolve().parent == BUNDLED

@@ -122,8 +122,10 @@ def save_figure(fig: plt.Figure, out_dir: str | os.PathLike, name: str, data: pd
     """Save ``fig`` as ``out_dir/name.png`` and ``.pdf`` (and ``data`` as ``name.csv``), atomically.
 
     ``note`` (the setting and how it differs from the paper's) goes in the CSV's first comment lines.
-    PDFs carry no creation date so the same seed gives byte-identical files.
+    PDFs carry no creation date so the same seed gives byte-identical files, and text is drawn with matplotlib's own
+    font files (:func:`use_bundled_fonts`; :func:`set_style` has already done so in every notebook).
     """
+    use_bundled_fonts()
     out = Path(out_dir)
     written = [
         atomic_write(out / f"{name}.png", lambda tmp: fig.savefig(tmp, format="png", dpi=150, bbox_inches="tight")),
