@@ -7,11 +7,10 @@ import shutil
 from pathlib import Path
 
 import matplotlib
+import matplotlib.pyplot as plt
 import pytest
 from matplotlib import font_manager
 from matplotlib.font_manager import FontProperties
-
-import matplotlib.pyplot as plt
 
 from fda_core.viz.plotting import save_figure, set_style, use_bundled_fonts
 
@@ -27,14 +26,18 @@ def manager(monkeypatch):
     fm._findfont_cached.cache_clear()
 
 
-def test_bundled_fonts_win_over_a_copy_of_the_same_family_listed_first(manager, tmp_path):
-    # a "system" copy of DejaVu Sans, listed before everything: it wins the tie, as Debian's copy did here
+def _list_a_copy_first(manager, tmp_path: Path) -> Path:
+    """A "system" copy of DejaVu Sans, listed before everything: it wins the tie, as Debian's copy did here."""
     copy = tmp_path / "DejaVuSans.ttf"
     shutil.copy(BUNDLED / "DejaVuSans.ttf", copy)
     manager.addfont(str(copy))
     manager.ttflist.insert(0, manager.ttflist.pop())
     assert Path(font_manager.findfont("DejaVu Sans")).resolve() == copy.resolve()
+    return copy
 
+
+def test_bundled_fonts_win_over_a_copy_of_the_same_family_listed_first(manager, tmp_path):
+    copy = _list_a_copy_first(manager, tmp_path)
     use_bundled_fonts()
     for prop in (FontProperties(family="DejaVu Sans"), FontProperties(family="DejaVu Sans", style="italic"),
                  FontProperties(family="DejaVu Sans", weight="bold")):
@@ -54,11 +57,7 @@ def test_set_style_uses_the_bundled_fonts_and_lists_each_once(manager):
 
 
 def test_save_figure_uses_the_bundled_fonts_without_set_style(manager, tmp_path):
-    copy = tmp_path / "DejaVuSans.ttf"
-    shutil.copy(BUNDLED / "DejaVuSans.ttf", copy)
-    manager.addfont(str(copy))
-    manager.ttflist.insert(0, manager.ttflist.pop())
-    assert Path(font_manager.findfont("DejaVu Sans")).resolve() == copy.resolve()
+    _list_a_copy_first(manager, tmp_path)
     fig, ax = plt.subplots()
     ax.set_title("β = 0.5")
     try:

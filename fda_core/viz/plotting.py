@@ -19,8 +19,8 @@ from matplotlib.colors import ListedColormap
 from ..common.files import atomic_write, write_table
 from ..experiments.methods import get_method, list_methods
 
-__all__ = ["method_color", "method_display", "set_style", "use_bundled_fonts", "save_figure", "plot_phase_diagram", "plot_delta_curves",
-           "theory_panels", "plot_mc_vs_formula", "plot_cell_grid",
+__all__ = ["method_color", "method_display", "set_style", "use_bundled_fonts", "save_figure", "plot_phase_diagram",
+           "plot_delta_curves", "theory_panels", "plot_mc_vs_formula", "plot_cell_grid",
            "plot_training_curves", "plot_method_bars", "plot_beta_curves", "plot_beta_grid", "plot_accuracy_vs_shift"]
 
 #: One colour per method (canonical name), shared by every figure; variants of a method that tables show
