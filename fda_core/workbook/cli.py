@@ -205,6 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .data_cli import add_data_parser
 
     add_data_parser(sub)
+    from .timings import add_timings_parser
+
+    add_timings_parser(sub)
     return parser
 
 
@@ -517,10 +520,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .dashboards import cmd_dashboard
     from .data_cli import cmd_data
     from .flower_cli import cmd_flower
+    from .timings import cmd_timings
 
     commands = {"list": _cmd_list, "run": _cmd_run, "sweep": _cmd_sweep, "reproduction": _cmd_reproduction,
                 "book": _cmd_book,
-                "flower": cmd_flower, "dashboard": cmd_dashboard, "data": cmd_data}
+                "flower": cmd_flower, "dashboard": cmd_dashboard, "data": cmd_data, "timings": cmd_timings}
     try:
         return commands[args.command](args, out, err)
     except ParameterError as exc:
