@@ -43,11 +43,13 @@ data: setup
 figures: setup
 	$(VENV)/bin/fda run all --out executed --jobs 2
 	$(VENV)/bin/fda reproduction --readme
+	$(VENV)/bin/fda timings --executed executed --budget 30
 
 ## regenerate every figure recomputing every run, then check the result CSVs are byte-identical to the committed ones
 check-figures: setup
 	$(VENV)/bin/fda run all --out executed --jobs 2 -p recompute true
 	$(VENV)/bin/fda reproduction
+	$(VENV)/bin/fda timings --executed executed --budget 30
 	git diff --exit-code --stat -- 'figures/*.csv'
 
 ## static HTML site of the executed notebooks (run `make figures` first) -> executed/book/index.html
