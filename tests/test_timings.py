@@ -40,7 +40,7 @@ NOTEBOOK = _executed(
     ("md", "# Title\nintro"), ("code", 1.0),
     ("md", "text\n## A first section\nmore"), ("code", 2.0), ("code", 3.0),
     ("md", "### A part of it"), ("code", 4.0),
-    ("md", "no heading here, # not one either"), ("code", 0.25),
+    ("md", "no heading here, # not one either\n```bash\n## a shell comment, not a heading\n```"), ("code", 0.25),
     ("md", "## A first section"), ("code", 0.5),  # the same heading again: its own section
 )
 

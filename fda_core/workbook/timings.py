@@ -25,13 +25,13 @@ import argparse
 import csv
 import io
 import json
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..common.checks import is_int, is_number
 from ..common.files import atomic_write_text
 from .discovery import default_output_dir, find_notebooks, notebooks_dir
 from .schedule import declared_minutes
@@ -75,10 +75,15 @@ def _source_text(cell: Any) -> str:
 
 
 def _heading(cell: Any, level: int) -> str | None:
-    """The first heading of level 2..``level`` in a markdown cell, as plain text (None: none)."""
+    """The first heading of level 2..``level`` in a markdown cell, as plain text (None: none); lines inside fenced
+    code blocks (```` ``` ```` or ``~~~``) are code, not headings."""
+    fenced = False
     for line in _source_text(cell).splitlines():
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+            continue
         m = _HEADING.match(line.strip())
-        if m and 2 <= len(m.group(1)) <= level:
+        if m and not fenced and 2 <= len(m.group(1)) <= level:
             return m.group(2).strip() or "(untitled)"
     return None
 
@@ -90,10 +95,10 @@ def section_timings(nb: dict[str, Any], name: str, level: int = 2,
     A section starts at a markdown cell holding a heading of level 2 to ``level`` (``## `` .. ``#`` × level;
     the notebook's ``# `` title never starts one) and runs to the next. ValueError naming ``name`` when the
     notebook carries no papermill timings or ``level`` is not in [2, 6]."""
-    if isinstance(level, bool) or not isinstance(level, int) or not 2 <= level <= 6:
+    if not is_int(level) or not 2 <= level <= 6:
         raise ValueError(f"level must be an integer in [2, 6], got {level!r}")
     total = (nb.get("metadata", {}).get("papermill") or {}).get("duration")
-    if not isinstance(total, (int, float)) or isinstance(total, bool) or not math.isfinite(total):
+    if not is_number(total):
         raise ValueError(f"{name}: no papermill duration in its metadata (not a notebook executed by fda run / papermill)")
     order: list[str] = []
     seconds: dict[str, float] = {}
@@ -115,7 +120,7 @@ def section_timings(nb: dict[str, Any], name: str, level: int = 2,
             order.append(current)
             seconds[current], cells[current] = 0.0, 0
         cells[current] += 1
-        if isinstance(duration, (int, float)) and not isinstance(duration, bool) and math.isfinite(duration):
+        if is_number(duration):
             seconds[current] += float(duration)
         else:
             complete = False
@@ -153,9 +158,9 @@ def format_report(timings: Sequence[NotebookTimings], jobs: int = 1, budget_minu
     """The plain-text report of ``fda timings``: per notebook its seconds, hint and measured / hint, then its
     sections by seconds (largest first, with their share of the notebook), then the whole: kernel time, the
     lower bound of the wall clock with ``jobs`` notebooks side by side, and against ``budget_minutes``."""
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+    if not is_int(jobs) or jobs < 1:
         raise ValueError(f"jobs must be an integer >= 1, got {jobs!r}")
-    if budget_minutes is not None and not (math.isfinite(budget_minutes) and budget_minutes > 0):
+    if budget_minutes is not None and not (is_number(budget_minutes) and budget_minutes > 0):
         raise ValueError(f"budget must be a number of minutes > 0, got {budget_minutes!r}")
     lines = [f"Where the time went{f' ({source})' if source else ''}: papermill's duration of every cell, "
              "summed by section; largest first."]
