@@ -572,7 +572,7 @@ def test_reproduction_doc_quotes_the_reference_partition_sweep():
 
 def test_reproduction_doc_states_the_default_runs_strong_shift_ordering():
     """docs/reproduction.md § The semi-synthetic claim, tested fairly (notebook 05, first section),
-    "Outcome of the default run" (c): notebook 05's committed paper-settings table at noise
+    "Outcome of the test at its default settings" (c): notebook 05's committed paper-settings table at noise
     1.6 ties FedGP_Auto, Target only and FedGP (each seed drawing its own data), above FedDA and Source only, with the
     Oracle near 53%; the per-seed numbers it quotes are the runs'."""
     table = _csv(FIGURES / "05_semi_synthetic" / "faithful_table.csv").set_index("method")

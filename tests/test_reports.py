@@ -1,14 +1,18 @@
 """workbook.reports.compare_methods: one call from a grid of runs to the table beside the paper, the figure
-and the timings; the CSV notes state the settings of the runs behind each file (not another table's)."""
+and the timings; the CSV notes state the settings of the runs behind each file (not another table's).
+committed_table: what a notebook shows for a check kept out of the main job."""
+
+from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
 
 from fda_core.common import files
+from fda_core.common.files import write_table
 from fda_core.common.store import ResultStore
 from fda_core.data import datasets
-from fda_core.workbook.reports import auto_beta_report, compare_methods
+from fda_core.workbook.reports import auto_beta_report, committed_table, compare_methods
 
 
 class Blobs(datasets.FDADataset):
@@ -128,3 +132,28 @@ def test_a_variant_that_runs_a_method_with_other_options_gets_its_own_row(tmp_pa
     assert list(res.means.index) == ["Target only", "Target only (after warm-up)", "FedGP"]
     assert res.means.loc["Target only", "b"] != res.means.loc["Target only", "b"]  # NaN: only setting a ran it
     assert res.means.loc["Target only (after warm-up)"].notna().tolist() == [False, True]
+
+def test_committed_table_reads_the_table_its_note_and_says_where_from(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    table = pd.DataFrame({"method": ["FedGP", "Target only"], "0.4": [81.5, 78.25]})
+    write_table(tmp_path / "check.csv", table, note="made by the check\nsecond line")
+    got = committed_table(tmp_path, "check", "fda run 05 -p sections '[\"faithful\"]'")
+    assert got is not None and got.path == tmp_path / "check.csv"
+    assert got.table.index.name == "method" and got.table.loc["Target only", "0.4"] == 78.25
+    assert got.note == ["made by the check", "second line"]
+    out = capsys.readouterr().out
+    assert "Not run here" in out and "fda run 05 -p sections" in out and str(tmp_path / "check.csv") in out
+    runs = committed_table(tmp_path, "check", "cmd", index=False)  # a file of runs: no index column
+    assert list(runs.table.columns) == ["method", "0.4"] and runs.table["method"].tolist() == ["FedGP", "Target only"]
+
+
+def test_committed_table_absent_says_which_run_makes_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert committed_table(tmp_path / "elsewhere", "faithful_table", "fda run 05 -p sections '[\"faithful\"]'") is None
+    out = capsys.readouterr().out
+    assert "no committed faithful_table.csv" in out and "fda run 05 -p sections" in out
+
+
+def test_committed_table_resolves_relative_folders_under_the_repository() -> None:
+    """A relative figures_dir is the repository's, as the notebooks resolve theirs: the committed check is found."""
+    got = committed_table("figures/04_real_data", "reference_budget_check", "fda run 04 -p reference_check true")
+    assert got is not None and "Source only" in got.table.index
+    assert got.path == Path(__file__).resolve().parent.parent / "figures" / "04_real_data" / "reference_budget_check.csv"

@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from ..common.checks import check_int
-from ..common.files import write_table, write_timings
+from ..common.files import read_note, resolve_output, write_table, write_timings
 from ..common.store import ResultStore
 from ..data.datasets import FDADataset, train_pool_size
 from ..experiments.federated import run_many, sweep_configs, target_index
@@ -30,7 +30,7 @@ from ..experiments.tables import (beta_table, format_value, results_table, setti
 from ..experiments.worker_pool import check_workers
 from ..viz.plotting import plot_accuracy_vs_shift, plot_beta_grid, plot_method_bars, save_figure
 
-__all__ = ["Comparison", "compare_methods", "target_train_pool", "counts_within_pool", "auto_beta_report", "SourceSweep", "source_sweep_report",
+__all__ = ["Comparison", "compare_methods", "CommittedTable", "committed_table", "target_train_pool", "counts_within_pool", "auto_beta_report", "SourceSweep", "source_sweep_report",
            "STATISTICS"]
 
 #: The per-run statistics a comparison can tabulate (columns of
@@ -208,6 +208,31 @@ def compare_methods(
     if timings_stem:
         write_timings(timings_stem, table_name or figure_name or experiment, timings_table(results), quick=quick)
     return comparison
+
+
+@dataclass(frozen=True)
+class CommittedTable:
+    """A table a notebook shows instead of recomputing it (a check kept out of the main job, README
+    § Running notebooks): the ``table``, the CSV's ``note`` lines, its ``path``."""
+
+    table: pd.DataFrame
+    note: list[str]
+    path: Path
+
+
+def committed_table(figures_dir: str | Path, name: str, command: str, *, index: bool = True) -> CommittedTable | None:
+    """The committed ``<figures_dir>/<name>.csv`` (relative ``figures_dir`` under the repository root, as the
+    notebooks resolve theirs; never the staging or quick folder), for a section that did not run: prints
+    where it comes from and ``command``, the run that regenerates it. ``index``: the first column is the
+    index (a table of means), else none is (a file of runs). None, saying so, when there is none (e.g.
+    another ``figures_dir``)."""
+    path = resolve_output(figures_dir) / f"{name}.csv"
+    if not path.is_file():
+        print(f"Not run here, and no committed {name}.csv under {path.parent}: `{command}` makes it.")
+        return None
+    table = pd.read_csv(path, comment="#", index_col=0 if index else None)
+    print(f"Not run here: the committed results of `{command}` ({path}).")
+    return CommittedTable(table=table, note=read_note(path), path=path)
 
 
 def target_train_pool(dataset: FDADataset, train_fraction: float, target: int | str | None = None) -> int:
