@@ -256,6 +256,43 @@ def test_semi_synthetic_notebook_numbers(out_root):
     assert proj.set_index("method").loc["FedGP (cosine)", "paper 0.8"] == 62.22
 
 
+@pytest.mark.timeout(900)
+def test_semi_synthetic_default_sections_show_the_committed_paper_settings_test(tmp_path):
+    """05 without its "faithful" section (the default: the paper-settings test is kept out of the main job) shows the
+    committed budget check, table and figure, naming the run that made them, and writes none of their files."""
+    import nbformat
+
+    from fda_core.workbook.runner import execute
+
+    nb = ROOT / "notebooks" / "05_semi_synthetic.ipynb"
+    assert "faithful" not in pm.inspect_notebook(str(nb))["sections"]["default"]
+    params = {"quick": True, "sections": ["label_shift"], "etas": [0.0], "figures_dir": str(tmp_path / "figures"),
+              "results_dir": str(tmp_path / "results")}
+    res = execute(nb, tmp_path / nb.name, params, cwd=ROOT, progress_bar=False, execution_timeout=CELL_LIMIT_S,
+                  stall_timeout=60)
+    assert res.ok, res.error_summary()
+    # figures_dir is elsewhere: nothing committed there, and the notebook says which run makes it
+    outputs = [o for c in nbformat.read(tmp_path / nb.name, as_version=4).cells for o in c.get("outputs", [])]
+    text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
+    assert "no committed faithful_table.csv" in text and "fda run 05 -p sections" in text
+    assert not (tmp_path / "figures" / "faithful.csv").exists() and (tmp_path / "figures" / "label_shift.csv").exists()
+    # the repository's folder: its committed budget check, table and figure are shown
+    params["figures_dir"] = "figures/05_semi_synthetic"
+    committed = ROOT / "figures" / "05_semi_synthetic"
+    before = {p.name: p.stat().st_mtime_ns for p in committed.iterdir() if p.is_file()}
+    res = execute(nb, tmp_path / "again.ipynb", params, cwd=ROOT, progress_bar=False,
+                  execution_timeout=CELL_LIMIT_S, stall_timeout=60)
+    assert res.ok, res.error_summary()
+    assert before == {p.name: p.stat().st_mtime_ns for p in committed.iterdir() if p.is_file()}  # quick: executed/quick/
+    cells = [c.get("outputs", []) for c in nbformat.read(tmp_path / "again.ipynb", as_version=4).cells]
+    text = "".join(o.get("text", "") for outputs in cells for o in outputs if o.get("output_type") == "stream")
+    assert f"Not run here: the committed results of `fda run 05 -p sections '[\"faithful\"]'` ({committed / 'budget.csv'})" in text
+    assert str(committed / "faithful_table.csv") in text
+    assert "reference scripts: " in text and "paper-settings test: best method per setting" in text  # from the table
+    shown = next(outputs for outputs in cells if any("faithful_table.csv" in o.get("text", "") for o in outputs))
+    assert any("image/png" in o.get("data", {}) for o in shown)  # the committed faithful.png, beside its table
+
+
 def test_06_numbers(out_root):
     figures = executed("06_inb_translation", out_root)
     for name in ("wd_vs_params_variants", "wd_vs_params_J", "wd_vs_params_vw", "translation_grid", "objective_traces",
