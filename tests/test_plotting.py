@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import re
 import shutil
+import string
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -11,6 +14,7 @@ import matplotlib.pyplot as plt
 import pytest
 from matplotlib import font_manager
 from matplotlib.font_manager import FontProperties
+from matplotlib.ft2font import FT2Font
 
 from fda_core.viz.plotting import save_figure, set_style, use_bundled_fonts
 
@@ -66,3 +70,57 @@ def test_save_figure_uses_the_bundled_fonts_without_set_style(manager, tmp_path)
         plt.close(fig)
     assert [p.suffix for p in written] == [".png", ".pdf"]
     assert Path(font_manager.findfont("DejaVu Sans")).resolve().parent == BUNDLED
+
+
+# --- committed PDFs: drawn with the bundled fonts -------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+# A Type 3 font of a matplotlib PDF: its subset tag, PostScript name and the glyph names its encoding lists.
+_TYPE3_FONT = re.compile(r"/Type /Font /BaseFont /([A-Z]{6})\+([\w-]+)\s(?:(?!endobj).)*?/Subtype /Type3"
+                         r"(?:(?!endobj).)*?/Differences \[(.*?)\]", re.S)
+
+
+def _subset_tag(glyph_indices: frozenset[int]) -> str:
+    """The six letters matplotlib's PDF backend puts before a subsetted font's name: ``hash`` of the set of glyph
+    indices, written in base 26 (``matplotlib.backends.backend_pdf.PdfFile._get_subset_prefix``, matplotlib 3.10)."""
+    n = hash(glyph_indices) % ((sys.maxsize + 1) * 2)
+    letters = ""
+    while True:
+        letters = string.ascii_uppercase[n % 26] + letters
+        n //= 26
+        if n == 0:
+            return letters[:6]
+
+
+def _bundled_fonts_by_postscript_name() -> dict[str, FT2Font]:
+    fonts = {}
+    for path in sorted(BUNDLED.glob("*.ttf")):
+        font = FT2Font(str(path))
+        fonts.setdefault(font.postscript_name, font)
+    return fonts
+
+
+def test_subset_tag_is_matplotlibs():
+    backend = pytest.importorskip("matplotlib.backends.backend_pdf")
+    for glyphs in (frozenset(), frozenset({3}), frozenset({3, 17, 68, 1024})):
+        assert backend.PdfFile._get_subset_prefix(glyphs) == _subset_tag(glyphs) + "+"
+
+
+def test_committed_pdfs_were_drawn_with_the_bundled_fonts():
+    """Every font subset in a committed PDF carries the tag of the bundled font's glyph indices (the tag hashes
+    them, and another copy of the family, e.g. Debian's DejaVu, numbers some glyphs differently): a PDF drawn with
+    a system font would not come out byte-identical when regenerated (docs/architecture.md § Conventions)."""
+    fonts = _bundled_fonts_by_postscript_name()
+    pdfs = sorted((ROOT / "figures").rglob("*.pdf"))
+    assert len(pdfs) > 40
+    wrong = []
+    for pdf in pdfs:
+        text = pdf.read_bytes().decode("latin-1")
+        found = _TYPE3_FONT.findall(text)
+        assert len(found) == text.count("/Type /Font "), f"{pdf}: a font that is not a Type 3 subset"
+        for tag, name, differences in found:
+            assert name in fonts, f"{pdf}: font {name} is not one of matplotlib's bundled fonts"
+            glyphs = frozenset(fonts[name].get_name_index(t[1:]) for t in differences.split() if t.startswith("/"))
+            if _subset_tag(glyphs) != tag:
+                wrong.append(f"{pdf.relative_to(ROOT)} ({tag}+{name})")
+    assert not wrong, "drawn with a font other than matplotlib's own (redraw them from their CSVs): " + ", ".join(wrong)
