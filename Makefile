@@ -18,17 +18,28 @@ TRITON_STAMP   := $(TRITON_DIR)/.installed-$(TRITON_VERSION)
 PIPQ   := 2>&1 | { grep -v "is neither a file nor a directory" || true; }; test $${PIPESTATUS[0]} -eq 0
 SHELL  := /bin/bash
 
-.PHONY: setup data figures paper-checks check-figures test test-fast benchmark clean browser-setup book
+.PHONY: setup lock data figures paper-checks check-figures test test-fast benchmark clean browser-setup book
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	# torch first, pinned: 2.13.0 is the local CPU wheel; a looser pin could pull a multi-GB CUDA build
 	$(PY) -m pip install --quiet "torch==2.13.0" $(PIPQ)
-	$(PY) -m pip install --quiet -e ".[dev,flower]" $(PIPQ)
+	# every other package at the version in constraints.txt (the CI's; README § Set-up)
+	$(PY) -m pip install --quiet -e ".[dev,flower]" -c constraints.txt $(PIPQ)
 	$(PY) -c "import torch, papermill, fda_core; print('set-up ok: torch', torch.__version__)"
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+## constraints.txt from a fresh environment with the newest releases pyproject.toml allows (then run the tests and
+## `make check-figures`: a new release can move committed numbers)
+lock:
+	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/python -m pip install --quiet "torch==2.13.0" $(PIPQ)
+	.venv-lock/bin/python -m pip install --quiet -e ".[dev,flower]" $(PIPQ)
+	{ grep '^#' constraints.txt; .venv-lock/bin/python -m pip freeze --exclude-editable | sed 's/^torch==2.13.0+cpu$$/torch==2.13.0/'; } \
+	    > constraints.txt.tmp && mv constraints.txt.tmp constraints.txt
+	rm -rf .venv-lock
 
 $(TRITON_STAMP): $(STAMP)
 	rm -rf $(TRITON_DIR)

@@ -28,6 +28,30 @@ def test_environment_yml_matches_pyproject():
     assert not any(_name(r) == "torchvision" for r in wanted)
 
 
+def test_constraints_pin_every_requirement_within_pyproject():
+    """constraints.txt (what `make setup` installs) pins each package of pyproject.toml, the extras included, at a
+    version its range admits, and pins nothing twice."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = [Requirement(r) for r in pyproject["dependencies"]]
+    wanted += [Requirement(r) for extra in pyproject["optional-dependencies"].values() for r in extra]
+    pins: dict[str, str] = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, sep, version = line.partition("==")
+            assert sep and version and " " not in line, f"constraints.txt: {line!r} is not 'name==version'"
+            assert canonicalize_name(name) not in pins, f"constraints.txt pins {name} twice"
+            pins[canonicalize_name(name)] = version
+    for req in wanted:
+        name = canonicalize_name(req.name)
+        assert name in pins, f"constraints.txt does not pin {req.name} (pyproject.toml: {req})"
+        assert req.specifier.contains(pins[name], prereleases=True), f"constraints.txt: {req.name}=={pins[name]} is outside {req}"
+    assert pins["torch"] == "2.13.0"  # the local CPU wheel (a pin with +cpu would not match elsewhere)
+    assert "-c constraints.txt" in (ROOT / "Makefile").read_text()
+
+
 def test_readme_commands_and_ci():
     readme = (ROOT / "README.md").read_text()
     first = readme[: readme.index("\n## ")]
