@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -327,6 +328,50 @@ def test_run_failure_reports_cell_and_stops(nbdir: Path, tmp_path: Path, capsys:
     # a later success replaces the failed copy
     assert main(["run", "2", "--out", str(out_dir), "--no-progress", "--cwd", str(tmp_path)]) == 0
     assert (out_dir / "02_fail.ipynb").exists() and not failed.exists()
+
+
+class _Terminal:
+    """A stderr that says it is a terminal and keeps what is written (thread-safe enough for tqdm's lock)."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.parts.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return True
+
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+@pytest.mark.timeout(300)
+def test_run_side_by_side_shows_each_notebooks_cells_on_a_terminal_only(nbdir: Path, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """fda run --jobs 2: on a terminal one cell bar per running notebook, named after it, on the lines below the
+    overall bar (a long main job shows where each kernel is); into a file (a log) none, only the overall bar."""
+    terminal, captured = _Terminal(), sys.stderr
+    monkeypatch.setattr(sys, "stderr", terminal)
+    try:
+        code = main(["run", "1", "10", "--jobs", "2", "--out", str(tmp_path / "tty"), "--cwd", str(tmp_path)])
+    finally:
+        monkeypatch.setattr(sys, "stderr", captured)
+    text = terminal.text()
+    assert code == 0, text
+    for stem in ("01_params", "10_tenth"):  # 3 code cells each: parameters, injected parameters, body
+        assert re.search(rf"\r{stem}: +\d+%\|[^|]*\| [0-3]/3 \[[^]]*cell", text), (stem, text)
+    assert "fda run:" in text  # the overall bar, on the first line
+
+    code = main(["run", "1", "10", "--jobs", "2", "--out", str(tmp_path / "log"), "--cwd", str(tmp_path)])
+    assert code == 0
+    err = capsys.readouterr().err
+    assert "fda run:" in err and "cell" not in err and "01_params:" not in err
 
 
 # ------------------------------------------------------------------------------------------------

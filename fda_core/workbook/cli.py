@@ -18,9 +18,11 @@ invalid parameter (reported before anything executes).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import queue
 import sys
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -384,11 +386,12 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if env:
         print(f"fda run: {args.jobs} notebooks at a time, {env['OMP_NUM_THREADS']} thread(s) per kernel", file=err)
     bar = tqdm(total=len(paths), unit="notebook", desc="fda run", disable=args.no_progress or len(paths) < 2, file=err)
+    cell_bars = _CellBars(args.jobs, first_line=0 if bar.disable else 1, file=err, enabled=not args.no_progress)
 
     def run_one(i: int) -> ExecutionResult:
-        return execute(paths[i], out_dir / paths[i].name, plans[i], kernel_name=args.kernel, cwd=cwd,
-                       progress_bar=not args.no_progress and args.jobs == 1, stall_timeout=args.stall_timeout or None,
-                       kernel_env=env or None)
+        with cell_bars.slot(paths[i].stem) as progress_bar:
+            return execute(paths[i], out_dir / paths[i].name, plans[i], kernel_name=args.kernel, cwd=cwd,
+                           progress_bar=progress_bar, stall_timeout=args.stall_timeout or None, kernel_env=env or None)
 
     def report(i: int, res: ExecutionResult) -> None:
         bar.update(1)
@@ -409,6 +412,41 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if remaining:
         print(f"stopped: {remaining} notebook(s) not run (use --keep-going to run them anyway)", file=err)
     return 0 if all(r.ok for r in results.values()) else 1
+
+
+class _CellBars:
+    """Per-notebook cell progress for ``fda run``: papermill's bar (``progress_bar``, a bool or tqdm's keyword
+    arguments). One notebook at a time: papermill's own bar. Several: on a terminal, one bar per running notebook,
+    named after it, each on its own line (tqdm ``position``: the lines below the overall bar, a line freed when its
+    notebook ends is taken by the next one), so a long main job shows which cell each kernel is in; written to a
+    file (a log), none: the cursor moves of several bars would garble it, and each notebook's ``ok`` line says
+    when it finished."""
+
+    def __init__(self, jobs: int, *, first_line: int, file: TextIO, enabled: bool):
+        self.file = file
+        self.mode = "off" if not enabled else ("one" if jobs == 1 else ("lines" if _isatty(file) else "off"))
+        self.free: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for line in range(first_line, first_line + jobs):
+            self.free.put(line)
+
+    @contextlib.contextmanager
+    def slot(self, name: str) -> Iterator[bool | dict[str, Any]]:
+        """``progress_bar`` for notebook ``name`` while it runs (its line is freed afterwards)."""
+        if self.mode != "lines":
+            yield self.mode == "one"
+            return
+        line = self.free.get()
+        try:
+            yield {"desc": name, "position": line, "leave": False, "file": self.file}
+        finally:
+            self.free.put(line)
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
 
 
 # --------------------------------------------------------------------------------------------------

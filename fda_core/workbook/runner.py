@@ -121,7 +121,7 @@ def execute(
     *,
     kernel_name: str | None = DEFAULT_KERNEL,
     cwd: str | os.PathLike | None = None,
-    progress_bar: bool = True,
+    progress_bar: bool | dict[str, Any] = True,
     start_timeout: int = 60,
     execution_timeout: int | None = None,
     stall_timeout: float | None = DEFAULT_STALL_TIMEOUT,
@@ -150,6 +150,9 @@ def execute(
     as the notebook resolves it) file by file with ``os.replace`` only when the whole notebook succeeded;
     after a failure the real folder is untouched and the partial outputs are kept in
     :func:`failed_outputs_path` (see :mod:`.staging`).
+
+    ``progress_bar``: papermill's bar of the cells executed (True, False, or a dict of tqdm keyword arguments, e.g.
+    ``desc`` and ``position`` for one bar per notebook run side by side; ``fda run --jobs``).
 
     ``kernel_env``: variables added to the kernel's environment (e.g. ``OMP_NUM_THREADS`` when several
     notebooks run at once, :func:`.schedule.kernel_threads_env`).
