@@ -27,7 +27,8 @@ dl() { "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3
    executing==2.3.0 pure_eval==0.2.4 ipython_pygments_lexers==1.1.1 jsonschema==4.26.0 \
    jsonschema_specifications==2025.9.1 referencing==0.37.0 rpds_py==2026.9.1 fastjsonschema==2.22.3 \
    platformdirs==4.14.8 entrypoints==0.4.2 tenacity==9.2.1 mlxtend==0.25.0
-[ "$pot" = 1 ] && dl "pot>=0.9.6"
+# POT at the version the set-up pins (constraints.txt), so the device computes WD with the CPU runs' POT
+[ "$pot" = 1 ] && dl "POT==$(sed -n 's/^POT==//p' constraints.txt)"
 if [ "$survset" = 1 ]; then
   dl SurvSet==0.2.11
   wheel=$(ls .whl/survset-0.2.11-*.whl)

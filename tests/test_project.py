@@ -52,6 +52,23 @@ def test_constraints_pin_every_requirement_within_pyproject():
     assert "-c constraints.txt" in (ROOT / "Makefile").read_text()
 
 
+def _pins(text: str) -> dict[str, str]:
+    from packaging.utils import canonicalize_name
+
+    return {canonicalize_name(n): v for n, v in re.findall(r"(?<![\w.-])([A-Za-z][\w.-]*)==([\w.+]+)", text)}
+
+
+def test_gpu_wheels_pin_what_the_set_up_pins():
+    """benchmarks/gpu_wheels.sh carries the papermill stack, mlxtend, SurvSet and POT to the GPU machine: at the
+    versions of constraints.txt, so the device runs the notebooks with the CPU runs' libraries."""
+    script = (ROOT / "benchmarks" / "gpu_wheels.sh").read_text()
+    lock = _pins((ROOT / "constraints.txt").read_text())
+    carried = _pins(script)
+    assert len(carried) > 30 and "constraints.txt" in script
+    differ = {name: (v, lock.get(name)) for name, v in carried.items() if lock.get(name) != v}
+    assert not differ, f"gpu_wheels.sh pins differ from constraints.txt (script, lock): {differ}"
+
+
 def test_readme_commands_and_ci():
     readme = (ROOT / "README.md").read_text()
     first = readme[: readme.index("\n## ")]
