@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	# torch first, pinned: 2.13.0 is the local CPU wheel; a looser pin could pull a multi-GB CUDA build
 	$(PY) -m pip install --quiet "torch==2.13.0" $(PIPQ)
-	# every other package at the version in constraints.txt (the CI's; README § Set-up)
+	# every other package at the version in constraints.txt (the CI's; README's opening section)
 	$(PY) -m pip install --quiet -e ".[dev,flower]" -c constraints.txt $(PIPQ)
 	$(PY) -c "import torch, papermill, fda_core; print('set-up ok: torch', torch.__version__)"
 	touch $(STAMP)
