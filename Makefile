@@ -20,12 +20,18 @@ SHELL  := /bin/bash
 
 .PHONY: setup lock data figures paper-checks check-figures test test-fast benchmark clean browser-setup book
 
+# torch first, pinned: 2.13.0 is the local CPU wheel; a looser pin could pull a multi-GB CUDA build
+TORCH := 2.13.0
+# the package and its extras into an environment: $(1) its python, $(2) more pip arguments
+define install_env
+	$(1) -m pip install --quiet "torch==$(TORCH)" $(PIPQ)
+	$(1) -m pip install --quiet -e ".[dev,flower]" $(2) $(PIPQ)
+endef
+
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	# torch first, pinned: 2.13.0 is the local CPU wheel; a looser pin could pull a multi-GB CUDA build
-	$(PY) -m pip install --quiet "torch==2.13.0" $(PIPQ)
-	# every other package at the version in constraints.txt (the CI's; README's opening section)
-	$(PY) -m pip install --quiet -e ".[dev,flower]" -c constraints.txt $(PIPQ)
+	# every package but torch at the version in constraints.txt (the CI's; README's opening section)
+	$(call install_env,$(PY),-c constraints.txt)
 	$(PY) -c "import torch, papermill, fda_core; print('set-up ok: torch', torch.__version__)"
 	touch $(STAMP)
 
@@ -35,9 +41,8 @@ setup: $(STAMP)
 ## `make check-figures`: a new release can move committed numbers)
 lock:
 	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
-	.venv-lock/bin/python -m pip install --quiet "torch==2.13.0" $(PIPQ)
-	.venv-lock/bin/python -m pip install --quiet -e ".[dev,flower]" $(PIPQ)
-	{ grep '^#' constraints.txt; .venv-lock/bin/python -m pip freeze --exclude-editable | sed 's/^torch==2.13.0+cpu$$/torch==2.13.0/'; } \
+	$(call install_env,.venv-lock/bin/python,)
+	{ grep '^#' constraints.txt; .venv-lock/bin/python -m pip freeze --exclude-editable | sed 's/^torch==$(TORCH)+cpu$$/torch==$(TORCH)/'; } \
 	    > constraints.txt.tmp && mv constraints.txt.tmp constraints.txt
 	rm -rf .venv-lock
 

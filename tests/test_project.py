@@ -28,6 +28,20 @@ def test_environment_yml_matches_pyproject():
     assert not any(_name(r) == "torchvision" for r in wanted)
 
 
+def _constraints() -> dict[str, str]:
+    """constraints.txt's pins by canonical name; each line 'name==version', no package twice."""
+    from packaging.utils import canonicalize_name
+
+    pins: dict[str, str] = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, sep, version = line.partition("==")
+            assert sep and version and " " not in line, f"constraints.txt: {line!r} is not 'name==version'"
+            assert canonicalize_name(name) not in pins, f"constraints.txt pins {name} twice"
+            pins[canonicalize_name(name)] = version
+    return pins
+
+
 def test_constraints_pin_every_requirement_within_pyproject():
     """constraints.txt (what `make setup` installs) pins each package of pyproject.toml, the extras included, at a
     version its range admits, and pins nothing twice."""
@@ -37,13 +51,7 @@ def test_constraints_pin_every_requirement_within_pyproject():
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     wanted = [Requirement(r) for r in pyproject["dependencies"]]
     wanted += [Requirement(r) for extra in pyproject["optional-dependencies"].values() for r in extra]
-    pins: dict[str, str] = {}
-    for line in (ROOT / "constraints.txt").read_text().splitlines():
-        if line.strip() and not line.startswith("#"):
-            name, sep, version = line.partition("==")
-            assert sep and version and " " not in line, f"constraints.txt: {line!r} is not 'name==version'"
-            assert canonicalize_name(name) not in pins, f"constraints.txt pins {name} twice"
-            pins[canonicalize_name(name)] = version
+    pins = _constraints()
     for req in wanted:
         name = canonicalize_name(req.name)
         assert name in pins, f"constraints.txt does not pin {req.name} (pyproject.toml: {req})"
@@ -52,18 +60,14 @@ def test_constraints_pin_every_requirement_within_pyproject():
     assert "-c constraints.txt" in (ROOT / "Makefile").read_text()
 
 
-def _pins(text: str) -> dict[str, str]:
-    from packaging.utils import canonicalize_name
-
-    return {canonicalize_name(n): v for n, v in re.findall(r"(?<![\w.-])([A-Za-z][\w.-]*)==([\w.+]+)", text)}
-
-
 def test_gpu_wheels_pin_what_the_set_up_pins():
     """benchmarks/gpu_wheels.sh carries the papermill stack, mlxtend, SurvSet and POT to the GPU machine: at the
     versions of constraints.txt, so the device runs the notebooks with the CPU runs' libraries."""
+    from packaging.utils import canonicalize_name
+
     script = (ROOT / "benchmarks" / "gpu_wheels.sh").read_text()
-    lock = _pins((ROOT / "constraints.txt").read_text())
-    carried = _pins(script)
+    lock = _constraints()
+    carried = {canonicalize_name(n): v for n, v in re.findall(r"(?<![\w.-])([A-Za-z][\w.-]*)==([\w.+]+)", script)}
     assert len(carried) > 30 and "constraints.txt" in script
     differ = {name: (v, lock.get(name)) for name, v in carried.items() if lock.get(name) != v}
     assert not differ, f"gpu_wheels.sh pins differ from constraints.txt (script, lock): {differ}"
