@@ -299,6 +299,26 @@ def test_study_runs_table5_under_both_options(tmp_path):
     assert (table.paper == paper_table("INBIterations").loc[table.variant, 100].to_numpy()).all()
     assert table.set_index(["variant", "option"]).loc[("INB", "library"), "objective_scale"] == "1/(MKn)"
     assert "Table 5 under both option sets" in tb.describe_options(table)
+    # without compare_options (the notebook's default) only the plan's option is fitted, and the committed CSV of
+    # both options, read back, completes it when its runs are these; never when they are not
+    from fda_core.common.files import write_table
+    from fda_core.workbook.reports import committed_table
+
+    write_table(tmp_path / "figs" / "iterations_vs_paper.csv", table, note="both options")
+    committed = committed_table(tmp_path / "figs", "iterations_vs_paper", "fda run 06 -p compare_options true",
+                                index=False).table
+    alone = st.TranslationStudy({**plan, "compare_options": False}, ResultStore(tmp_path))
+    assert all(list(r) == ["reference"] for r in alone.option_runs().values())
+    ours = tb.iterations_by_option(alone.option_runs())
+    assert len(ours) == 3 and set(ours.option) == {"reference"}
+    shown, matched = tb.with_committed_options(ours, committed)
+    assert matched and shown is committed and len(shown) == 6
+    drift = committed.assign(wd_final=committed.wd_final * (1 + 1e-12))  # another CPU kind's last digits
+    assert tb.with_committed_options(ours, drift)[1]
+    other = committed.assign(ours_mean=committed.ours_mean + 0.1)  # other settings: other iteration counts
+    for not_these in (other, None, committed.drop(columns="paper")):
+        shown, matched = tb.with_committed_options(ours, not_these)
+        assert shown is ours and not matched
     summary = tb.summary_table(s.headline_runs(), s.wd_identity)
     assert list(summary.columns) == tb.SUMMARY_COLUMNS and set(summary.option) == {"reference"}
     assert summary.set_index("variant").loc["IndAEINB", "paper_fig2a_rank"] == 1

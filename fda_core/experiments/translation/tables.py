@@ -22,9 +22,10 @@ from .comms import expected_parameters
 from .study import option_of
 
 __all__ = ["final_table", "j_table", "vw_table", "summary_table", "communication_table", "communication_by_message",
-           "iterations_table", "iterations_vs_paper", "iterations_by_option", "table6_comparison", "cross_check_table",
+           "iterations_table", "iterations_vs_paper", "iterations_by_option", "with_committed_options", "table6_comparison", "cross_check_table",
            "timings_table", "describe_variants", "describe_j", "describe_vw", "describe_iterations",
-           "describe_options", "describe_communication", "summary_paragraph", "SUMMARY_COLUMNS", "OPTION_COLUMNS"]
+           "describe_options", "describe_communication", "summary_paragraph", "SUMMARY_COLUMNS", "OPTION_COLUMNS",
+           "OPTION_KEY_COLUMNS"]
 
 Records = Mapping[str, Mapping[str, Any]]
 
@@ -197,6 +198,25 @@ def iterations_by_option(option_runs: Mapping[str, Mapping[str, Mapping[str, Any
                              paper_per_iteration=round(paper / (setting["L"] * 100), 3),
                              ratio_to_paper=round(its.mean() / paper, 4)))
     return pd.DataFrame(rows, columns=OPTION_COLUMNS)
+
+
+# the columns that identify a Table-5 run and its iteration counts: equal on every CPU kind the runs were made on
+# (the WD columns move in their last digits between kinds, README § Runs you can trust)
+OPTION_KEY_COLUMNS = ["variant", "option", "run", "input_transform", "objective_scale", "bary_bins", "digits",
+                      "ours_mean", "ours_min", "ours_max"]
+
+
+def with_committed_options(table: pd.DataFrame, committed: pd.DataFrame | None) -> tuple[pd.DataFrame, bool]:
+    """``table`` (:func:`iterations_by_option` of the runs fitted here, without ``compare_options``: the plan's
+    option set only) completed by the committed ``iterations_vs_paper.csv`` (``committed``, both option sets, read
+    back; None when there is none): (the committed table, True) when each row of ``table`` is a row of it in
+    :data:`OPTION_KEY_COLUMNS` (the same runs with the same iteration counts), else (``table``, False), so a run
+    with other settings never shows another setting's option comparison as its own."""
+    if committed is None or list(committed.columns) != OPTION_COLUMNS:
+        return table, False
+    keys = committed[OPTION_KEY_COLUMNS].astype(str).apply(tuple, axis=1)
+    ours = table[OPTION_KEY_COLUMNS].astype(str).apply(tuple, axis=1)
+    return (committed, True) if len(table) and set(ours) <= set(keys) else (table, False)
 
 
 def table6_comparison(records: Records) -> str:
