@@ -487,6 +487,33 @@ def test_source_sweep_report_chooses_per_held_out_target_by_hand(tmp_path):
     assert set(only.runs["rule"]) == {"apfl"} and set(only.chosen["e0"]) == {"apfl"}
 
 
+def test_a_committed_sweep_of_the_same_settings_is_read_back_instead_of_rerun(tmp_path, capsys):
+    """committed=<folder>: a sweep whose note (generated from the configs it would run) is the committed one's is
+    not rerun: its tables and choice (the grid's own values) come back, nothing is written; other settings (here
+    other seeds) run the sweep, and a chosen value outside the grid is never taken."""
+    from fda_core.workbook.reports import planned_sweep_note, read_committed_sweep
+
+    grid = {"ditto": ("lam", (0.0, 1.0, math.inf)), "apfl": ("alpha", (0.0, 0.5, 1.0))}
+    kw = dict(held_out=["e0", "e2"], grid=grid, dataset=Blobs(), table_name="sweep")
+    made = source_sweep_report(BASE, seeds=[0, 1], out_dir=tmp_path / "committed", **kw)
+    assert planned_sweep_note(BASE, held_out=["e0", "e2"], seeds=[0, 1], grid=grid, value="final_acc",
+                              dataset=Blobs()) == made.note
+    again = source_sweep_report(BASE, seeds=[0, 1], out_dir=tmp_path / "new", committed=tmp_path / "committed",
+                                rerun_command="fda run 04 -p rerun_sweep true", **kw)
+    assert "its choice is used, nothing is rerun (`fda run 04 -p rerun_sweep true` reruns it)" in capsys.readouterr().out
+    assert again.results == [] and again.chosen == made.chosen and again.note == made.note
+    assert not (tmp_path / "new").exists()
+    pd.testing.assert_frame_equal(again.choice, made.choice)
+    pd.testing.assert_frame_equal(again.runs, made.runs)
+    other = source_sweep_report(BASE, seeds=[1], committed=tmp_path / "committed", **kw)
+    assert len(other.results) == 2 * 2 * 6 and (other.runs["seeds"] == 1).all()
+    picked = made.chosen["e0"]["ditto"]["lam"]  # a grid without the value chosen for e0
+    narrower = {"ditto": ("lam", tuple(v for v in grid["ditto"][1] if v != picked)), "apfl": grid["apfl"]}
+    assert read_committed_sweep(tmp_path / "committed", "sweep", made.note, narrower) is None
+    assert read_committed_sweep(tmp_path / "committed", "sweep", made.note + " ", grid) is None
+    assert read_committed_sweep(tmp_path / "nowhere", "sweep", made.note, grid) is None
+
+
 def test_source_sweep_report_bad_input():
     grid = {"apfl": ("alpha", (0.25,))}
     with pytest.raises(ValueError, match="value must be one of"):

@@ -304,20 +304,24 @@ def test_study_runs_table5_under_both_options(tmp_path):
     from fda_core.common.files import write_table
     from fda_core.workbook.reports import committed_table
 
-    write_table(tmp_path / "figs" / "iterations_vs_paper.csv", table, note="both options")
-    committed = committed_table(tmp_path / "figs", "iterations_vs_paper", "fda run 06 -p compare_options true",
-                                index=False).table
+    write_table(tmp_path / "figs" / "iterations_vs_paper.csv", table,
+                note=s.note({f"{k} ({o})": r for k, by in runs.items() for o, r in by.items()}))
+    both = committed_table(tmp_path / "figs", "iterations_vs_paper", "fda run 06 -p compare_options true", index=False)
+    committed, committed_note = both.table, both.note
     alone = st.TranslationStudy({**plan, "compare_options": False}, ResultStore(tmp_path))
     assert all(list(r) == ["reference"] for r in alone.option_runs().values())
     ours = tb.iterations_by_option(alone.option_runs())
     assert len(ours) == 3 and set(ours.option) == {"reference"}
-    shown, matched = tb.with_committed_options(ours, committed)
+    setting = alone.setting_note({row: by["reference"] for row, by in alone.option_runs().items()})
+    assert committed_note[0] == setting
+    shown, matched = tb.with_committed_options(ours, committed, committed_note, setting)
     assert matched and shown is committed and len(shown) == 6
-    drift = committed.assign(wd_final=committed.wd_final * (1 + 1e-12))  # another CPU kind's last digits
-    assert tb.with_committed_options(ours, drift)[1]
-    other = committed.assign(ours_mean=committed.ours_mean + 0.1)  # other settings: other iteration counts
-    for not_these in (other, None, committed.drop(columns="paper")):
-        shown, matched = tb.with_committed_options(ours, not_these)
+    drift = committed.assign(wd_final=committed.wd_final * (1 + 1e-12), ours_max=committed.ours_max + 3)
+    assert tb.with_committed_options(ours, drift, committed_note, setting)[1]  # another CPU kind's numbers
+    renamed = committed.assign(run=committed.run.str.replace("J3", "J4"))  # another J: other runs
+    for not_these, note in ((renamed, committed_note), (committed, [setting.replace("seed=0", "seed=1")]),
+                            (None, committed_note), (committed.drop(columns="paper"), committed_note)):
+        shown, matched = tb.with_committed_options(ours, not_these, note, setting)
         assert shown is ours and not matched
     summary = tb.summary_table(s.headline_runs(), s.wd_identity)
     assert list(summary.columns) == tb.SUMMARY_COLUMNS and set(summary.option) == {"reference"}

@@ -31,7 +31,7 @@ from .flat import classifier_positions, cross_entropy
 from .methods import ClientInfo, Method, Option, RoundInfo, RoundPlan, ServerResult, register_method
 
 __all__ = ["Ditto", "FedRep", "APFL", "KNNPer", "head_indices", "KNN_WEIGHT_GRID", "KNN_CAPACITY_GRID",
-           "SOURCE_SWEEP_GRID", "source_sweep", "compute_sweep_runs"]
+           "SOURCE_SWEEP_GRID", "source_sweep", "sweep_run_configs", "compute_sweep_runs"]
 
 #: Roles of the methods' own mini-batch streams (``Run.train_local`` keys; the engine's roles are 0-2).
 _ROLE_HEAD_SOURCE, _ROLE_HEAD_TARGET = 10, 11
@@ -452,6 +452,13 @@ def _sweep_configs(method: str, option: str, values: Any, base: dict[str, Any], 
                                      "method_options": {**base.get("method_options", {}), option: v}}))
                for v in values for s in seeds]
     return sub, drop, str(ds.ENVIRONMENTS[drop]), configs
+
+
+def sweep_run_configs(method: str, option: str, values: Any, base: dict[str, Any], *, held_out: Any,
+                      pseudo_target: Any, seeds: Any = (0,), dataset: Any = None) -> list[tuple[Any, int, dict[str, Any]]]:
+    """(value, seed, resolved config) of every run :func:`source_sweep` with these arguments would compute, in its
+    order, every config validated; nothing runs."""
+    return _sweep_configs(method, option, values, base, held_out, pseudo_target, seeds, dataset)[3]
 
 
 def _sweep_key(config: dict[str, Any], held_name: str) -> dict[str, Any]:

@@ -24,13 +24,13 @@ from ..data.datasets import FDADataset, train_pool_size
 from ..experiments.federated import run_many, sweep_configs, target_index
 from ..experiments.methods import get_method, paper_label
 from ..experiments.paper_numbers import beside_paper, paper_setting, paper_table
-from ..experiments.personalisation import SOURCE_SWEEP_GRID, compute_sweep_runs, source_sweep
+from ..experiments.personalisation import SOURCE_SWEEP_GRID, compute_sweep_runs, source_sweep, sweep_run_configs
 from ..experiments.tables import (beta_table, format_value, results_table, setting_note, summary_table,
                                   timings_table)
 from ..experiments.worker_pool import check_workers
 from ..viz.plotting import plot_accuracy_vs_shift, plot_beta_grid, plot_method_bars, save_figure
 
-__all__ = ["Comparison", "compare_methods", "CommittedTable", "committed_table", "target_train_pool", "counts_within_pool", "auto_beta_report", "SourceSweep", "source_sweep_report",
+__all__ = ["Comparison", "compare_methods", "CommittedTable", "committed_table", "target_train_pool", "counts_within_pool", "auto_beta_report", "SourceSweep", "planned_sweep_note", "read_committed_sweep", "source_sweep_report",
            "STATISTICS"]
 
 #: The per-run statistics a comparison can tabulate (columns of
@@ -315,7 +315,8 @@ def source_sweep_report(base: Mapping[str, Any], *, held_out: Sequence[Any], see
                         methods: Sequence[str] | None = None, value: str = "final_acc",
                         store: ResultStore | str | None = None, experiment: str = "source_sweep",
                         dataset: Any = None, out_dir: str | Path | None = None, table_name: str | None = None,
-                        timings_stem: str | None = None, quick: bool = False, workers: int = 1) -> SourceSweep:
+                        timings_stem: str | None = None, quick: bool = False, workers: int = 1,
+                        committed: str | Path | None = None, rerun_command: str = "") -> SourceSweep:
     """Choose the baselines' hidden options on source data only, per held-out target (``docs/baselines.md``
     § Source-data sweep).
 
@@ -331,7 +332,15 @@ def source_sweep_report(base: Mapping[str, Any], *, held_out: Sequence[Any], see
 
     ``workers`` (≥ 1): with more than 1, every run of the sweep the store lacks is computed first, that many at a
     time in spawned processes (:func:`fda_core.experiments.personalisation.compute_sweep_runs`; the workers load
-    the data set once from a file written here), the same runs as one after another."""
+    the data set once from a file written here), the same runs as one after another.
+
+    ``committed``: the folder of a committed sweep (``<table_name>_choice.csv`` and ``<table_name>.csv``, e.g. the
+    notebook's ``figures/04_real_data``): when its note is the note these runs would get (the same configs: data set,
+    budget, seeds, targets, methods and grid, :func:`planned_sweep_note`), nothing runs and the committed sweep is
+    returned (``results`` empty; no file is written), printing where it comes from and ``rerun_command``; otherwise
+    the sweep runs as without it. A sweep is a choice of hidden options, not a result: reading it back gives the
+    baselines the options the sweep would choose, and the sweep is kept out of the main job (README § Running
+    notebooks)."""
     from ..data.datasets import get_dataset
 
     if value not in STATISTICS:
@@ -349,6 +358,12 @@ def source_sweep_report(base: Mapping[str, Any], *, held_out: Sequence[Any], see
     if len(ds.ENVIRONMENTS) < 3:
         raise ValueError(f"the source-data sweep needs 3 or more domains (a held-out target, a pseudo-target and a "
                          f"source), got {list(ds.ENVIRONMENTS)}")
+    if committed is not None and table_name:
+        planned = planned_sweep_note(base, held_out=held_out, seeds=seeds, grid=grid, value=value, dataset=ds)
+        if (reused := read_committed_sweep(committed, table_name, planned, grid)) is not None:
+            print(f"The committed source-data sweep ({Path(committed) / table_name}.csv) was made with these settings: "
+                  f"its choice is used, nothing is rerun" + (f" (`{rerun_command}` reruns it)." if rerun_command else "."))
+            return reused
     computed = None
     if workers > 1:  # every run first, side by side; the loop below then reads them from ``computed``
         calls = [dict(method=rule, option=option, values=values, held_out=target, pseudo_target=pseudo, seeds=seeds)
@@ -388,11 +403,7 @@ def source_sweep_report(base: Mapping[str, Any], *, held_out: Sequence[Any], see
                                              "default", "acc", "std", "seeds"])
     choice_table = pd.DataFrame(choice, columns=["held_out", "method", "rule", "option", "value", "default", "score",
                                                  "chosen"])
-    note = setting_note(results, paper=(
-        "Source-data sweep (docs/baselines.md): for each held-out target, that target is removed from the data and "
-        "every other domain in turn plays the target (the config's target is that pseudo-target). acc: "
-        f"{STATISTICS[value]}, mean over the seeds; score: acc averaged over the pseudo-targets; chosen: the best "
-        "score, the method's default where it ties for best."))
+    note = setting_note(results, paper=_sweep_paper_line(value))
     sweep = SourceSweep(runs_table, choice_table, chosen, note, results)
     if out_dir is not None and table_name:
         write_table(Path(out_dir) / f"{table_name}.csv", runs_table, note)
@@ -400,3 +411,48 @@ def source_sweep_report(base: Mapping[str, Any], *, held_out: Sequence[Any], see
     if timings_stem:
         write_timings(timings_stem, table_name or experiment, timings_table(results), quick=quick)
     return sweep
+
+
+def _sweep_paper_line(value: str) -> str:
+    return ("Source-data sweep (docs/baselines.md): for each held-out target, that target is removed from the data and "
+            "every other domain in turn plays the target (the config's target is that pseudo-target). acc: "
+            f"{STATISTICS[value]}, mean over the seeds; score: acc averaged over the pseudo-targets; chosen: the best "
+            "score, the method's default where it ties for best.")
+
+
+def planned_sweep_note(base: Mapping[str, Any], *, held_out: Sequence[Any], seeds: Sequence[int],
+                       grid: Mapping[str, tuple[str, Sequence[Any]]], value: str, dataset: Any) -> str:
+    """The note :func:`source_sweep_report` writes for the sweep of these arguments (``grid`` already narrowed
+    to the methods asked for), from the configs its runs would resolve to, without running any."""
+    planned = []
+    for target in held_out:
+        for rule, (option, values) in grid.items():
+            for pseudo in [e for i, e in enumerate(dataset.ENVIRONMENTS) if i != dataset.env_index(target)]:
+                for _, _, config in sweep_run_configs(rule, option, values, dict(base), held_out=target,
+                                                      pseudo_target=pseudo, seeds=seeds, dataset=dataset):
+                    planned.append({"config": config,
+                                    "method": get_method(rule, **config["method_options"]).display_label})
+    return setting_note(planned, paper=_sweep_paper_line(value))
+
+
+def read_committed_sweep(folder: str | Path, table_name: str, note: str,
+                         grid: Mapping[str, tuple[str, Sequence[Any]]]) -> SourceSweep | None:
+    """The sweep committed as ``<folder>/<table_name>.csv`` and ``<table_name>_choice.csv`` (relative ``folder``
+    under the repository root) when the choice's note is ``note`` line for line, else None (also when a file is
+    missing, or a chosen value is not one of ``grid``'s). ``chosen`` holds ``grid``'s own values (the CSV's
+    strings are matched by :func:`~fda_core.experiments.tables.format_value`)."""
+    folder = resolve_output(folder)
+    runs_path, choice_path = folder / f"{table_name}.csv", folder / f"{table_name}_choice.csv"
+    if not (runs_path.is_file() and choice_path.is_file()) or read_note(choice_path) != note.splitlines():
+        return None
+    as_text = {"held_out": str, "pseudo_target": str, "value": str}
+    choice = pd.read_csv(choice_path, comment="#", dtype=as_text)
+    chosen: dict[Any, dict[str, dict[str, Any]]] = {}
+    for row in choice[choice.chosen].itertuples():
+        option, values = grid.get(row.rule, (None, ()))
+        match = [v for v in values if format_value(v) == row.value and option == row.option]
+        if not match:
+            return None
+        chosen.setdefault(row.held_out, {})[row.rule] = {option: match[0]}
+    runs = pd.read_csv(runs_path, comment="#", dtype=as_text)
+    return SourceSweep(runs, choice, chosen, note)

@@ -11,7 +11,7 @@ number by hand.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -200,23 +200,25 @@ def iterations_by_option(option_runs: Mapping[str, Mapping[str, Mapping[str, Any
     return pd.DataFrame(rows, columns=OPTION_COLUMNS)
 
 
-# the columns that identify a Table-5 run and its iteration counts: equal on every CPU kind the runs were made on
-# (the WD columns move in their last digits between kinds, README § Runs you can trust)
-OPTION_KEY_COLUMNS = ["variant", "option", "run", "input_transform", "objective_scale", "bary_bins", "digits",
-                      "ours_mean", "ours_min", "ours_max"]
+# the columns that name a Table-5 run and its option set (its numbers move between CPU kinds: the WD in its last
+# digits, the iteration counts by a few trials, README § Runs you can trust)
+OPTION_KEY_COLUMNS = ["variant", "option", "run", "input_transform", "objective_scale", "bary_bins", "digits"]
 
 
-def with_committed_options(table: pd.DataFrame, committed: pd.DataFrame | None) -> tuple[pd.DataFrame, bool]:
+def with_committed_options(table: pd.DataFrame, committed: pd.DataFrame | None, committed_note: Sequence[str],
+                           setting: str) -> tuple[pd.DataFrame, bool]:
     """``table`` (:func:`iterations_by_option` of the runs fitted here, without ``compare_options``: the plan's
-    option set only) completed by the committed ``iterations_vs_paper.csv`` (``committed``, both option sets, read
-    back; None when there is none): (the committed table, True) when each row of ``table`` is a row of it in
-    :data:`OPTION_KEY_COLUMNS` (the same runs with the same iteration counts), else (``table``, False), so a run
-    with other settings never shows another setting's option comparison as its own."""
-    if committed is None or list(committed.columns) != OPTION_COLUMNS:
+    option set only) or the committed ``iterations_vs_paper.csv`` (``committed``, both option sets, read back, with
+    its note lines ``committed_note``; None when there is none): (the committed table, True) when it was made
+    with this run's settings (its first note line is ``setting``, the study's
+    :meth:`~fda_core.experiments.translation.study.TranslationStudy.setting_note` of this run's option runs) and
+    names the same runs (:data:`OPTION_KEY_COLUMNS` of each row of ``table``), else (``table``, False), so a run
+    with other settings never shows another setting's comparison as its own."""
+    if committed is None or list(committed.columns) != OPTION_COLUMNS or list(committed_note[:1]) != [setting]:
         return table, False
-    keys = committed[OPTION_KEY_COLUMNS].astype(str).apply(tuple, axis=1)
-    ours = table[OPTION_KEY_COLUMNS].astype(str).apply(tuple, axis=1)
-    return (committed, True) if len(table) and set(ours) <= set(keys) else (table, False)
+    keys = set(committed[OPTION_KEY_COLUMNS].astype(str).apply(tuple, axis=1))
+    ours = set(table[OPTION_KEY_COLUMNS].astype(str).apply(tuple, axis=1))
+    return (committed, True) if ours and ours <= keys else (table, False)
 
 
 def table6_comparison(records: Records) -> str:
