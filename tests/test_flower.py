@@ -328,6 +328,61 @@ def test_a_target_that_disconnects_leaves_the_model_unchanged_and_unevaluated(ta
 # ------------------------------------------------------------------------------------------------
 # Flower's simulation engine (Ray)
 # ------------------------------------------------------------------------------------------------
+def test_a_simulation_whose_ray_node_did_not_start_is_started_once_more(monkeypatch, capsys):
+    """Ray waits a fixed 30 s for its node; on a loaded machine the start can fail before any experiment ran (it did
+    in a main job beside three busy processes). That failure, and only that, starts the simulation again, once."""
+    import flwr.simulation
+
+    from fda_core.experiments.flower import simulation as sim
+
+    def ray_timeout() -> RuntimeError:
+        try:
+            try:
+                raise Exception("The current node timed out during startup. This could happen because ...")
+            except Exception as ex:
+                raise RuntimeError("Simulation Runtime crashed.") from ex
+        except RuntimeError as crashed:
+            try:
+                raise RuntimeError("An error was encountered. Ending simulation.") from crashed
+            except RuntimeError as top:
+                return top
+
+    assert sim.ray_failed_to_start(ray_timeout())
+    assert not sim.ray_failed_to_start(RuntimeError("An error was encountered. Ending simulation."))
+    calls = []
+
+    def flaky(**kwargs):  # Ray's start fails the first time; the second start runs no experiment
+        calls.append(kwargs)
+        if len(calls) == 1:
+            raise ray_timeout()
+
+    monkeypatch.setattr(flwr.simulation, "run_simulation", flaky)
+    with pytest.raises(RuntimeError, match="without every result"):
+        simulate_many([{**BASE, "rounds": 1, "rule": "fedgp"}])
+    assert len(calls) == 1 + sim.RAY_START_RETRIES and calls[0]["server_app"] is not calls[1]["server_app"]
+    assert "Ray did not start within its 30 s" in capsys.readouterr().out
+    calls.clear()
+
+    def always(**kwargs):
+        calls.append(kwargs)
+        raise ray_timeout()
+
+    monkeypatch.setattr(flwr.simulation, "run_simulation", always)
+    with pytest.raises(RuntimeError, match="Ending simulation"):
+        simulate_many([{**BASE, "rounds": 1, "rule": "fedgp"}])
+    assert len(calls) == 1 + sim.RAY_START_RETRIES
+    calls.clear()
+
+    def broken(**kwargs):  # any other failure is not retried
+        calls.append(kwargs)
+        raise RuntimeError("An error was encountered. Ending simulation.")
+
+    monkeypatch.setattr(flwr.simulation, "run_simulation", broken)
+    with pytest.raises(RuntimeError, match="Ending simulation"):
+        simulate_many([{**BASE, "rounds": 1, "rule": "fedgp"}])
+    assert len(calls) == 1
+
+
 @pytest.mark.timeout(900)
 def test_simulation_equals_in_process_for_fedgp_and_fedgp_auto():
     cfgs = [{**BASE, "rounds": 4, "rule": rule} for rule in ("fedgp", "fedgp_auto")]

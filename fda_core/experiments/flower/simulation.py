@@ -20,7 +20,32 @@ from ..federated import make_config
 from .client_app import make_client_app
 from .server_app import DEFAULT_ROUND_TIMEOUT, make_server_app
 
-__all__ = ["run_flower_simulation", "simulate_many", "num_environments"]
+__all__ = ["run_flower_simulation", "simulate_many", "num_environments", "ray_failed_to_start", "RAY_START_RETRIES"]
+
+
+#: How many times a simulation whose Ray node did not start is started again (before any experiment ran).
+RAY_START_RETRIES = 1
+
+
+def ray_failed_to_start(error: BaseException) -> bool:
+    """Whether ``error`` (what ``run_simulation`` raised) comes from Ray's node not starting: Ray waits a fixed 30 s
+    for its raylet to register, which a loaded 2-core machine can miss (it failed so beside three other busy
+    processes); nothing ran then, so the simulation can start again."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if "timed out during startup" in str(error):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def _shutdown_ray() -> None:
+    """Stop what a failed start left of Ray in this process (nothing when it holds none)."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
 
 
 def num_environments(config: Mapping[str, Any]) -> int:
@@ -63,9 +88,6 @@ def simulate_many(configs: Sequence[Mapping[str, Any]], *, faults: Mapping[int, 
         raise ValueError(f"configs must share one number of environments (one node per environment), got {sorted(sizes)}")
     from flwr.simulation import run_simulation
 
-    sink: dict[str, Any] = {}
-    server = make_server_app(configs, round_timeout=round_timeout, discovery_timeout=discovery_timeout, sink=sink)
-    client = make_client_app(faults)
     backend = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
                # Ray's processes on the loopback address only (ray.init's _node_ip_address), no dashboard
                "init_args": {"num_cpus": workers, "num_gpus": 0, "include_dashboard": False,
@@ -77,10 +99,24 @@ def simulate_many(configs: Sequence[Mapping[str, Any]], *, faults: Mapping[int, 
     if not verbose:  # Flower's errors only (e.g. not its notice that run_simulation is deprecated for `flwr run`);
         flwr_logger.setLevel(logging.ERROR)  # dropped updates are logged by the strategy's own logger
     start = time.perf_counter()
+    n_nodes = sizes.pop()
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)  # Ray's notice about accelerator variables
-            run_simulation(server_app=server, client_app=client, num_supernodes=sizes.pop(), backend_config=backend)
+        for attempt in range(1 + RAY_START_RETRIES):
+            sink: dict[str, Any] = {}
+            server = make_server_app(configs, round_timeout=round_timeout, discovery_timeout=discovery_timeout,
+                                     sink=sink)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", FutureWarning)  # Ray's notice about accelerator variables
+                    run_simulation(server_app=server, client_app=make_client_app(faults), num_supernodes=n_nodes,
+                                   backend_config=backend)
+                break
+            except RuntimeError as error:
+                if attempt == RAY_START_RETRIES or sink or not ray_failed_to_start(error):
+                    raise
+                print(f"Ray did not start within its 30 s (a loaded machine); starting the simulation again "
+                      f"({attempt + 2} of {1 + RAY_START_RETRIES})", flush=True)
+                _shutdown_ray()
     finally:
         flwr_logger.setLevel(level)
     results = sink.get("results", [])
