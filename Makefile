@@ -66,7 +66,8 @@ figures: setup
 	$(VENV)/bin/fda timings --executed executed --budget 30
 
 ## the checks kept out of the main job (README § Running notebooks): notebook 04's reference-budget check (ColoredMNIST
-## only: it needs that table's baselines) and notebook 05's budget check and paper-settings test -> their files in figures/
+## only: it needs that table's baselines), notebook 05's budget check and paper-settings test and notebook 06's Table 5
+## under the library option -> their files in figures/
 paper-checks: setup
 	$(VENV)/bin/fda run 04 05 06 --out executed/paper_checks --jobs 2 -p reference_check true -p datasets '["ColoredMNIST"]' \
 	    -p sections '["faithful"]' -p compare_options true
