@@ -25,7 +25,7 @@ QUICK = {
     "03_unbiased_estimators": {"quick": True},
     "04_real_data": {"quick": True, "reference_check": True},  # the checks kept out of the main job run here too
     "05_semi_synthetic": {"quick": True, "sections": ["faithful", "label_shift", "ablations"]},
-    "06_inb_translation": {"quick": True},
+    "06_inb_translation": {"quick": True, "compare_options": True},
     "07_auxiliary_tasks": {"quick": True},
     "08_domain_generalisation": {"quick": True},
     "09_flower": {"quick": True},
