@@ -368,12 +368,12 @@ def source_sweep_report(base: Mapping[str, Any], *, held_out: Sequence[Any], see
     if workers > 1:  # every run first, side by side; the loop below then reads them from ``computed``
         calls = [dict(method=rule, option=option, values=values, held_out=target, pseudo_target=pseudo, seeds=seeds)
                  for target in held_out for rule, (option, values) in grid.items()
-                 for pseudo in [e for i, e in enumerate(ds.ENVIRONMENTS) if i != ds.env_index(target)]]
+                 for pseudo in _pseudo_targets(ds, target)]
         computed = compute_sweep_runs(calls, dict(base), store=store, experiment=experiment, workers=workers,
                                       dataset=ds)
     rows, choice, chosen, results = [], [], {}, []
     for target in held_out:
-        pseudo_targets = [e for i, e in enumerate(ds.ENVIRONMENTS) if i != ds.env_index(target)]
+        pseudo_targets = _pseudo_targets(ds, target)
         chosen[target] = {}
         for rule, (option, values) in grid.items():
             method = get_method(rule)
@@ -413,6 +413,11 @@ def source_sweep_report(base: Mapping[str, Any], *, held_out: Sequence[Any], see
     return sweep
 
 
+def _pseudo_targets(dataset: Any, held_out: Any) -> list[Any]:
+    """The domains that play the target in turn once ``held_out`` is removed (docs/baselines.md § Source-data sweep)."""
+    return [e for i, e in enumerate(dataset.ENVIRONMENTS) if i != dataset.env_index(held_out)]
+
+
 def _sweep_paper_line(value: str) -> str:
     return ("Source-data sweep (docs/baselines.md): for each held-out target, that target is removed from the data and "
             "every other domain in turn plays the target (the config's target is that pseudo-target). acc: "
@@ -427,7 +432,7 @@ def planned_sweep_note(base: Mapping[str, Any], *, held_out: Sequence[Any], seed
     planned = []
     for target in held_out:
         for rule, (option, values) in grid.items():
-            for pseudo in [e for i, e in enumerate(dataset.ENVIRONMENTS) if i != dataset.env_index(target)]:
+            for pseudo in _pseudo_targets(dataset, target):
                 for _, _, config in sweep_run_configs(rule, option, values, dict(base), held_out=target,
                                                       pseudo_target=pseudo, seeds=seeds, dataset=dataset):
                     planned.append({"config": config,
