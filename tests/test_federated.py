@@ -522,6 +522,108 @@ def test_same_seed_same_numbers_and_seed_matters():
     assert [h["beta"] for h in c["history"]] != [h["beta"] for h in a["history"]]
 
 
+SHARING_METHODS = ["source_only", "finetune_offline", "fedda", "fedgp", "fedda_auto", "fedgp_auto", "target_only",
+                   "target_only(warmup=True)", "oracle", "fedgp(beta=1.0)", "ditto"]
+
+
+def _bn_net(name, input_shape, num_classes, seed=None, **kw):
+    torch.manual_seed(seed or 0)
+    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
+                         nn.Linear(64, num_classes))
+
+
+@pytest.mark.parametrize("batchnorm", [False, True])
+def test_runs_of_a_sweep_share_their_fedavg_rounds_with_the_same_results(monkeypatch, batchnorm):
+    """Within shared_rounds.sharing(), Source only's rounds, Finetune_Offline's and every FDA method's warm-up are
+    computed once per config and the other runs start from the snapshot: every result (histories with their phases,
+    β, learning rates, final accuracies) is the same as when every round is computed, with and without BatchNorm
+    statistics; a method that changes the rounds (Oracle, Target only from the start, Ditto) shares nothing."""
+    if batchnorm:
+        import fda_core.data.models as models
+
+        monkeypatch.setattr(models, "get_model", _bn_net)
+    from fda_core.experiments import shared_rounds
+
+    ds = Blobs()
+    cfgs, _ = federated.sweep_configs({**BASE, "warmup_rounds": 2, "rounds": 5, "lr_decay": 0.5}, SHARING_METHODS,
+                                      seeds=(0, 1))
+
+    def sweep(share):
+        with shared_rounds.sharing(share):
+            return [run_experiment(_dataset=ds, **c) for c in cfgs]
+
+    shared, every = sweep(True), sweep(False)
+    for a, b in zip(shared, every):
+        assert a["history"] == b["history"] and a["final_target_acc"] == b["final_target_acc"], a["method"]
+        assert b["shared_rounds"] == 0
+    got = {(r["method"], r["config"]["seed"]): r["shared_rounds"] for r in shared}
+    expected = {"Source only": 0, "Finetune_Offline": 5, "FedDA": 2, "FedGP": 2, "FedDA_Auto": 2, "FedGP_Auto": 2,
+                "Target only": 0, "Target only (after warm-up)": 2, "Oracle": 0, "FedGP (β=1)": 2, "Ditto": 0}
+    assert got == {(m, s): k for m, k in expected.items() for s in (0, 1)}
+    assert [h["phase"] for h in shared[4]["history"]][:3] == ["warmup", "warmup", "fda"]
+    # another data set object, or another config, finds no snapshot
+    with shared_rounds.sharing():
+        run_experiment(_dataset=ds, **cfgs[0])
+        assert run_experiment(_dataset=Blobs(), **cfgs[2])["shared_rounds"] == 0
+        assert run_experiment(_dataset=ds, **{**cfgs[2], "source_lr": 0.03})["shared_rounds"] == 0
+        assert run_experiment(_dataset=ds, **cfgs[2])["shared_rounds"] == 5
+    assert run_experiment(_dataset=ds, **cfgs[2])["shared_rounds"] == 0  # outside sharing(): every round
+
+
+def test_a_method_that_changes_its_rounds_shares_none_unless_it_says_so():
+    """shareable_rounds: a subclass that overrides a round, the server step, the local objective or a hook keeps
+    nothing of another run's rounds; one that only changes the combination (FedGP's subclass below) keeps the
+    warm-up."""
+    from fda_core.experiments.shared_rounds import shareable_rounds
+
+    c = make_config(rounds=6, warmup_rounds=2)
+
+    class Combined(methods.FedGP):
+        def combine(self, rnd, res, out):
+            return super().combine(rnd, res, out)
+
+    class OwnLoss(methods.FedGP):
+        def local_loss(self, model, x, y, client):
+            return super().local_loss(model, x, y, client)
+
+    class OwnRound(methods.Method):
+        def configure_round(self, rnd):
+            return super().configure_round(rnd)
+
+    class Hooked(methods.Method):
+        def after_round(self, rnd, run):
+            pass
+
+    assert shareable_rounds(Combined(), c) == 2 and shareable_rounds(methods.Method(), c) == 6
+    assert [shareable_rounds(m(), c) for m in (OwnLoss, OwnRound, Hooked)] == [0, 0, 0]
+
+
+def test_run_many_shares_rounds_by_default_and_not_when_asked(tmp_path, monkeypatch):
+    monkeypatch.setattr(federated, "run_experiment",
+                        lambda real=federated.run_experiment, **cfg: real(_dataset=_SHARED_BLOBS, **cfg))
+    cfgs = [{**BASE, "rounds": 3, "warmup_rounds": 1, "rule": m} for m in ("source_only", "finetune_offline", "fedgp")]
+    on = run_many(cfgs, progress=False)
+    off = run_many(cfgs, progress=False, share_rounds=False)
+    assert [r["shared_rounds"] for r in on] == [0, 3, 1] and [r["shared_rounds"] for r in off] == [0, 0, 0]
+    assert [r["history"] for r in on] == [r["history"] for r in off]
+    with pytest.raises(ValueError, match="share_rounds"):
+        run_many(cfgs, progress=False, share_rounds="yes")
+
+
+_SHARED_BLOBS = Blobs()
+
+
+def test_shared_rounds_keep_the_targets_noise_of_every_round():
+    """Notebook 05's noisy target (noise drawn anew every round, and every fine-tuning epoch): runs that start from
+    another run's rounds draw the same noise in the rounds they compute, so their results are those of every round."""
+    kw = dict(dataset="NoisyFeatures", dataset_options={"noise_std": 0.4, "noise_draw": "per_round"}, rounds=3,
+              warmup_rounds=1, model="mlp", n_target_labeled=40, target_batch_size=8, source_lr=0.01, lr_decay=0.1)
+    cfgs = [{**kw, "rule": m} for m in ("source_only", "finetune_offline", "fedgp", "fedda_auto")]
+    on, off = run_many(cfgs, progress=False), run_many(cfgs, progress=False, share_rounds=False)
+    assert [r["shared_rounds"] for r in on] == [0, 3, 1, 1]
+    assert [r["history"] for r in on] == [r["history"] for r in off]
+
+
 # --- bad input -----------------------------------------------------------------------------------
 @pytest.mark.parametrize("cfg, word", [
     ({"beta": 1.5}, "beta"), ({"rounds": 0}, "rounds"), ({"rule": "fedxx"}, "rule"), ({"optimizer": "lbfgs"}, "optimizer"),

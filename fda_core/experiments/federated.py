@@ -41,6 +41,7 @@ from ..common.seeding import derive_seed, generator
 from .batched_clients import (CLIENT_BATCHING, batched_losses, batching_blockers, stack_clients,
                               train_sources_batched)
 from .flat import FlatAdam, FlatModel, accuracy, count_steps, local_train
+from . import shared_rounds
 from .methods import ClientInfo, Method, RoundInfo, RoundResults, get_method
 
 __all__ = ["DEFAULT_CONFIG", "CONFIG_ALIASES", "ALIGNMENT_STEPS", "make_config", "run_experiment", "target_index", "Run", "run_many",
@@ -605,15 +606,20 @@ class Run:
                              "beta": beta, "lr_source": lr_source, "lr_target": lr_target})
 
     # -- one round -------------------------------------------------------------------------------
+    def round_info(self, r: int) -> RoundInfo:
+        """What a method is told about round ``r``: whether it is a warm-up round, and the learning rates (decayed by
+        ``lr_decay`` after the warm-up rounds, when there are any)."""
+        c = self.config
+        decayed = c["warmup_rounds"] > 0 and r > c["warmup_rounds"]
+        return RoundInfo(r, c["rounds"], r <= c["warmup_rounds"], c["source_lr"] * (c["lr_decay"] if decayed else 1.0),
+                         c["target_lr"] * (c["lr_decay"] if decayed else 1.0), c)
+
     def round(self, r: int) -> None:
         """Round ``r``: the method's plan, the clients' training, the method's server step, an evaluation."""
         c, fm, method = self.config, self.model, self.method
         self.refresh_input_noise(r)
-        warm = r <= c["warmup_rounds"]
-        decayed = c["warmup_rounds"] > 0 and r > c["warmup_rounds"]
-        lr_s = c["source_lr"] * (c["lr_decay"] if decayed else 1.0)
-        lr_t = c["target_lr"] * (c["lr_decay"] if decayed else 1.0)
-        info = RoundInfo(r, c["rounds"], warm, lr_s, lr_t, c)
+        info = self.round_info(r)
+        lr_s, lr_t = info.lr_source, info.lr_target
         plan = method.configure_round(info)
         src_steps: list[int] = []
         src_bufs: list[dict[str, Tensor]] = []
@@ -719,23 +725,26 @@ def run_experiment(*, _dataset: Any = None, progress: bool = False, **config: An
     target_auc when the dataset's ``metrics`` list ``"auc"``, with ``final_target_auc`` and ``last5_target_auc``
     beside the accuracies),
     ``method`` (display label), ``sources`` (env names, sizes), ``target`` (env name),
-    ``n_target_labeled``, ``n_target_test``, ``n_parameters``, ``seconds``, ``device`` and ``config`` (the
-    resolved config).
+    ``n_target_labeled``, ``n_target_test``, ``n_parameters``, ``seconds``, ``device``, ``config`` (the
+    resolved config) and ``shared_rounds`` (how many of the first rounds were taken from another run of the sweep,
+    the same bits: :mod:`fda_core.experiments.shared_rounds`; 0 outside :func:`run_many`).
     """
     c = make_config(**config)
     method = get_method(c["rule"], **c["method_options"])
     start = time.perf_counter()
     torch.manual_seed(c["seed"])  # anything inside torch that uses the global stream (e.g. dropout)
     run = Run(c, method, _dataset)
-    rounds: Iterable[int] = range(1, c["rounds"] + 1)
+    shared = shared_rounds.resume(run, _dataset)  # rounds another run of this sweep computed alike (0: none)
+    rounds: Iterable[int] = range(shared + 1, c["rounds"] + 1)
     if progress:
         from tqdm.auto import tqdm
 
         rounds = tqdm(rounds, desc=f"{method.display_label} on {run.target_name}", leave=False)
     for r in rounds:
         run.round(r)
+        shared_rounds.offer(run, r, _dataset)
     method.after_training(run)
-    return run.result(time.perf_counter() - start)
+    return {**run.result(time.perf_counter() - start), "shared_rounds": shared}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -761,7 +770,8 @@ def code_revision_of(rule: str) -> str:
 
 def run_many(configs: Iterable[Mapping[str, Any]], *, store: Any = None, experiment: str = "federated",
              progress: bool = True, labels: Sequence[Mapping[str, Any]] | None = None,
-             on_result: Callable[[dict[str, Any]], None] | None = None, workers: int = 1) -> list[dict[str, Any]]:
+             on_result: Callable[[dict[str, Any]], None] | None = None, workers: int = 1,
+             share_rounds: bool = True) -> list[dict[str, Any]]:
     """Run every config (skipping those already in ``store``, a :class:`fda_core.common.store.ResultStore`
     or a folder), saving each finished run atomically, so an interrupted sweep resumes where it stopped.
     A stored run is reused only when the code it ran is unchanged (:func:`code_revision_of`); ``store``'s
@@ -778,11 +788,17 @@ def run_many(configs: Iterable[Mapping[str, Any]], *, store: Any = None, experim
     deterministic by default, they agree to the device's run-to-run noise (``benchmarks/parallel_runs.py`` prints
     both; docs/architecture.md § Runs side by side). Configs that repeat a run of the list
     (same store key) are computed once when there is a store, and read back from it, as one after another.
+
+    ``share_rounds`` (default True): runs computed in this process whose configs differ only in the method compute
+    their common FedAvg rounds once (Source only's rounds, Finetune_Offline's, every FDA method's warm-up;
+    :mod:`fda_core.experiments.shared_rounds`) — the same bits, in less time; False computes every round of every run.
     """
     from ..common.store import ResultStore
     from .worker_pool import StoredRun, check_workers, compute_and_store, look_up
 
     workers = check_workers(workers)
+    if not isinstance(share_rounds, bool):
+        raise ValueError(f"share_rounds must be True or False, got {share_rounds!r}")
     configs = [dict(cfg) for cfg in configs]
     labels = list(labels) if labels is not None else [{} for _ in configs]
     if len(labels) != len(configs):
@@ -821,8 +837,9 @@ def run_many(configs: Iterable[Mapping[str, Any]], *, store: Any = None, experim
         emit_ready()
 
     emit_ready()
-    compute_and_store(runs, to_compute, workers, store=store, experiment=experiment, on_result=finished,
-                      repeats=repeats)
+    with shared_rounds.sharing(share_rounds):
+        compute_and_store(runs, to_compute, workers, store=store, experiment=experiment, on_result=finished,
+                          repeats=repeats)
     if bar is not None:
         bar.close()
     return out

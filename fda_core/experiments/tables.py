@@ -75,10 +75,12 @@ def beta_table(results: Sequence[Mapping[str, Any]]) -> Any:
 
 def timings_table(results: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """Wall-clock seconds and device of each run (kept apart from the result tables, which must be
-    byte-identical when regenerated): labels, target, method, seed, seconds, device."""
+    byte-identical when regenerated): labels, target, method, seed, seconds, device, shared_rounds (the first rounds
+    taken from another run of the sweep, which the seconds do not include)."""
     return pd.DataFrame([{**res.get("labels", {}), "target": res["target"],
                           "method": res.get("labels", {}).get("method", res.get("method")),
-                          "seed": res["config"]["seed"], "seconds": res["seconds"], "device": res.get("device")}
+                          "seed": res["config"]["seed"], "seconds": res["seconds"], "device": res.get("device"),
+                          "shared_rounds": res.get("shared_rounds", 0)}
                          for res in results])
 
 

@@ -35,6 +35,14 @@ class FDAMethod(Method):
         """Whether this round is one of the FedAvg warm-up rounds for this method."""
         return rnd.warmup
 
+    def fedavg_rounds(self, config) -> int:
+        """The FedAvg warm-up rounds (shared with the other runs of the config, ``shared_rounds``), when the class keeps
+        this class's warm-up (``_warming``, ``configure_round``, ``aggregate``); else 0."""
+        cls = type(self)
+        plain = (cls._warming is FDAMethod._warming and cls.configure_round is FDAMethod.configure_round
+                 and cls.aggregate is FDAMethod.aggregate)
+        return int(config["warmup_rounds"]) if plain else 0
+
     def configure_round(self, rnd: RoundInfo) -> RoundPlan:
         if self._warming(rnd):
             return RoundPlan("warmup", sources=True)
@@ -74,6 +82,13 @@ class TargetOnly(FDAMethod):
 
     def _warming(self, rnd: RoundInfo) -> bool:
         return self.warmup and rnd.warmup
+
+    def fedavg_rounds(self, config) -> int:
+        """With ``warmup=True`` the run's FedAvg warm-up rounds (shared, ``shared_rounds``); without, none."""
+        cls = type(self)
+        plain = (cls._warming is TargetOnly._warming and cls.configure_round is TargetOnly.configure_round
+                 and cls.aggregate is FDAMethod.aggregate)
+        return int(config["warmup_rounds"]) if plain and self.warmup else 0
 
     def configure_round(self, rnd: RoundInfo) -> RoundPlan:
         if self._warming(rnd):

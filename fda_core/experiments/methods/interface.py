@@ -339,6 +339,17 @@ class Method:
         engine's :class:`fda_core.experiments.federated.Run` (e.g. ``run.train_target`` fine-tunes the new
         global model on the target's labelled samples)."""
 
+    # -- rounds that runs of other methods compute alike ---------------------------------------------
+    def fedavg_rounds(self, config: Mapping[str, Any]) -> int:
+        """How many leading rounds of a run under the resolved ``config`` are the engine's plain FedAvg round (every
+        source trains from the global model, the target does not train, the server's step is :func:`_fedavg`), which
+        runs of the same config with other methods may share (:mod:`fda_core.experiments.shared_rounds`). Default:
+        every round when the class keeps this base class's ``configure_round`` and ``aggregate``, else 0. A subclass
+        that changes a round declares its own count; 0 is always safe."""
+        cls = type(self)
+        plain = cls.configure_round is Method.configure_round and cls.aggregate is Method.aggregate
+        return int(config["rounds"]) if plain else 0
+
     # -- after the rounds ------------------------------------------------------------------------
     def after_training(self, run: Any) -> None:
         """Optional step after the last round (e.g. fine-tuning); ``run`` is the engine's
