@@ -23,7 +23,8 @@ QUICK = {
     "01_delta_errors": {"quick": True},
     "02_phase_diagram": {"quick": True},
     "03_unbiased_estimators": {"quick": True},
-    "04_real_data": {"quick": True, "reference_check": True},  # the checks kept out of the main job run here too
+    # the checks and the benchmark kept out of the main job run here too
+    "04_real_data": {"quick": True, "reference_check": True, "datasets": ["ColoredMNIST", "RotatedMNIST"]},
     "05_semi_synthetic": {"quick": True, "sections": ["faithful", "label_shift", "ablations"]},
     "06_inb_translation": {"quick": True, "compare_options": True},
     "07_auxiliary_tasks": {"quick": True},
