@@ -176,6 +176,10 @@ class GaussianGradientModel(KnownGradientModel):
         return self.target_grad + std * noise
 
 
+#: elements of one chunk of PooledGradientModel.draw_parts' gather (float64: 2 MiB)
+_GATHER_CHUNK_ELEMENTS = 1 << 18
+
+
 @dataclass
 class PooledGradientModel(KnownGradientModel):
     """A real-data model: D_T is the uniform distribution over a pool of per-sample target gradients.
@@ -216,7 +220,10 @@ class PooledGradientModel(KnownGradientModel):
         n, m = self.n_target, self.m
         idx = torch.randint(self.target_pool.shape[0], (n_draws, n), generator=generator)
         out = torch.empty(n_draws, n_parts, m, dtype=torch.float64)
-        step = max(1, (1 << 24) // max(n * m, 1))  # bound the (draws, n, m) gather to ~128 MB
+        # the (draws, n, m) gather in cache-sized chunks (~2 MB): each draw's numbers are the same whatever the chunk,
+        # and written and read back from the caches instead of memory the gather is about 4x faster (2-core CPU,
+        # m = 3,322, n = 32-128; chunks of ~128 MB before)
+        step = max(1, _GATHER_CHUNK_ELEMENTS // max(n * m, 1))
         for a in range(0, n_draws, step):
             g = self.target_pool[idx[a:a + step]]  # (t, n, m)
             out[a:a + step] = g.view(g.shape[0], n_parts, n // n_parts, m).mean(2)
