@@ -334,3 +334,18 @@ def test_wasserstein_benchmark_smoke():
     assert only["mean_wd"]["emd"] == out["mean_wd"]["emd"]
     with pytest.raises(SystemExit):
         _load("wasserstein").main(["--n-per-class", "0"])  # the whole test file needs --data-root
+
+
+@pytest.mark.timeout(300)
+def test_shared_rounds_benchmark_smoke():
+    """benchmarks/shared_rounds.py --quick times notebook 04's ColoredMNIST sweep with and without shared FedAvg rounds
+    and checks their results are the same; Finetune_Offline takes all 3 rounds, each FDA method its warm-up round."""
+    before = torch.get_num_threads()
+    try:
+        out = _load("shared_rounds").main(["--quick"])
+    finally:
+        torch.set_num_threads(before)
+    assert out["same_results"] is True and out["ratio"] > 0
+    taken = out["shared_rounds"]
+    assert taken["Finetune_Offline (seed 0)"] == 3 and taken["Source only (seed 0)"] == 0
+    assert taken["FedGP (cosine) (seed 0)"] == 1 and taken["Oracle (seed 0)"] == 0
