@@ -9,7 +9,7 @@ mini-batch stream is named by (seed, round, role, client), the target's input no
 server takes the sample-weighted average. So runs of one sweep whose configs differ only in the method share
 these rounds exactly. Within :func:`sharing` (which :func:`~fda_core.experiments.federated.run_many` enters), the
 first such run leaves a :class:`Snapshot` after them — the global parameters, the BatchNorm statistics, the
-evaluations so far and torch's global random state — and the others start from it. Their results are the same
+evaluations so far and torch's global random states (CPU, and CUDA's once in use) — and the others start from it. Their results are the same
 bits as when every round is computed (``tests/test_federated.py``); only their ``seconds`` are shorter, and the
 result's ``shared_rounds`` says how many rounds came from another run.
 
@@ -49,14 +49,16 @@ _HOOKS = ("setup", "after_round", "target_scores", "local_loss")
 class Snapshot:
     """The state of a run after its first ``rounds`` rounds, all of them FedAvg rounds: ``theta`` (m,) the global
     parameters, ``buffers`` the global BatchNorm statistics, ``history`` the evaluations so far (their ``phase`` is
-    relabelled for each run that starts from it), ``rng_state`` torch's global random state, and ``dataset`` the
-    data set object the run was given (None: built from the config)."""
+    relabelled for each run that starts from it), ``rng_state`` torch's global CPU random state, ``cuda_rng_states``
+    those of the CUDA devices (None when CUDA was not in use), and ``dataset`` the data set object the run was given
+    (None: built from the config)."""
 
     rounds: int
     theta: Tensor
     buffers: dict[str, Tensor]
     history: list[dict[str, Any]]
     rng_state: Tensor
+    cuda_rng_states: list[Tensor] | None
     dataset: Any
 
 
@@ -123,7 +125,7 @@ def _key(config: Mapping[str, Any], rounds: int, dataset: Any) -> str:
 def resume(run: Any, dataset: Any = None) -> int:
     """Start ``run`` (a fresh :class:`~fda_core.experiments.federated.Run`) from the latest snapshot of its config
     that its method's shareable rounds cover, when :func:`sharing` is on and one exists: its global parameters,
-    BatchNorm statistics, evaluations (labelled with this method's phases) and torch's global random state become
+    BatchNorm statistics, evaluations (labelled with this method's phases) and torch's global random states become
     the snapshot's. Returns the number of rounds taken from it (0: none; the run computes every round).
     ``dataset``: the data set object the run was given (a snapshot is used only with the same object)."""
     store = _store()
@@ -139,6 +141,8 @@ def resume(run: Any, dataset: Any = None) -> int:
         run.history = [{**copy.deepcopy(h), "phase": run.method.configure_round(run.round_info(h["round"])).phase}
                        for h in snap.history]
         torch.set_rng_state(snap.rng_state)
+        if snap.cuda_rng_states is not None:
+            torch.cuda.set_rng_state_all(snap.cuda_rng_states)
         return k
     return 0
 
@@ -158,4 +162,6 @@ def offer(run: Any, rounds_done: int, dataset: Any = None) -> None:
     store.put(_key(run.config, rounds_done, dataset),
               Snapshot(rounds=rounds_done, theta=run.theta.detach().clone(),
                        buffers={name: v.detach().clone() for name, v in run.buffers.items()},
-                       history=copy.deepcopy(run.history), rng_state=torch.get_rng_state(), dataset=dataset))
+                       history=copy.deepcopy(run.history), rng_state=torch.get_rng_state(),
+                       cuda_rng_states=torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None,
+                       dataset=dataset))
