@@ -47,13 +47,16 @@ SETTING = dict(dataset="NoisyFeatures", dataset_options={"noise_std": 0.4, "nois
 
 
 def _strip(results: list[dict]) -> str:
-    """The results without their wall-clock seconds, as text (for the equality check)."""
-    return json.dumps([{k: v for k, v in r.items() if k != "seconds"} for r in results], sort_keys=True, default=str)
+    """The results without their wall-clock seconds and shared rounds (how they were computed), as text (for the
+    equality check)."""
+    drop = ("seconds", "shared_rounds")
+    return json.dumps([{k: v for k, v in r.items() if k not in drop} for r in results], sort_keys=True, default=str)
 
 
 def largest_difference(a: object, b: object) -> float:
     """The largest absolute difference between the numbers at the same places of two results (JSON-like
-    structures of the same shape); inf where their shapes or non-numbers differ."""
+    structures of the same shape), their wall-clock seconds and shared rounds aside; inf where their shapes or
+    non-numbers differ."""
     if isinstance(a, bool) or isinstance(b, bool) or isinstance(a, str) or a is None:
         return 0.0 if a == b else float("inf")
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
@@ -61,7 +64,7 @@ def largest_difference(a: object, b: object) -> float:
     if isinstance(a, dict) and isinstance(b, dict):
         if a.keys() != b.keys():
             return float("inf")
-        return max((largest_difference(a[k], b[k]) for k in a if k != "seconds"), default=0.0)
+        return max((largest_difference(a[k], b[k]) for k in a if k not in ("seconds", "shared_rounds")), default=0.0)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         if len(a) != len(b):
             return float("inf")
