@@ -38,7 +38,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fda_core.common.devices import resolve_device  # noqa: E402
-from fda_core.experiments.federated import run_many  # noqa: E402
+from fda_core.experiments.federated import EXECUTION_FIELDS, run_many  # noqa: E402
 
 SETTING = dict(dataset="NoisyFeatures", dataset_options={"noise_std": 0.4, "noise_draw": "per_round"}, rule="fedgp",
                method_options={"projection": "cosine"}, warmup_rounds=0, source_lr=0.01, target_lr=0.01,
@@ -49,8 +49,8 @@ SETTING = dict(dataset="NoisyFeatures", dataset_options={"noise_std": 0.4, "nois
 def _strip(results: list[dict]) -> str:
     """The results without their wall-clock seconds and shared rounds (how they were computed), as text (for the
     equality check)."""
-    drop = ("seconds", "shared_rounds")
-    return json.dumps([{k: v for k, v in r.items() if k not in drop} for r in results], sort_keys=True, default=str)
+    return json.dumps([{k: v for k, v in r.items() if k not in EXECUTION_FIELDS} for r in results], sort_keys=True,
+                      default=str)
 
 
 def largest_difference(a: object, b: object) -> float:
@@ -64,7 +64,7 @@ def largest_difference(a: object, b: object) -> float:
     if isinstance(a, dict) and isinstance(b, dict):
         if a.keys() != b.keys():
             return float("inf")
-        return max((largest_difference(a[k], b[k]) for k in a if k not in ("seconds", "shared_rounds")), default=0.0)
+        return max((largest_difference(a[k], b[k]) for k in a if k not in EXECUTION_FIELDS), default=0.0)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         if len(a) != len(b):
             return float("inf")

@@ -34,7 +34,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fda_core.experiments.federated import run_many, sweep_configs  # noqa: E402
+from fda_core.experiments.federated import EXECUTION_FIELDS, run_many, sweep_configs  # noqa: E402
 from fda_core.experiments.methods import with_variant  # noqa: E402
 
 #: notebook 04's methods (its parameters cell), each in the reference variant as the notebook runs them
@@ -47,8 +47,8 @@ SETTING = dict(dataset="ColoredMNIST", dataset_options={"image_size": 14}, model
 
 def _strip(results: list[dict]) -> str:
     """The results without their wall-clock seconds and shared rounds, as text (for the equality check)."""
-    drop = ("seconds", "shared_rounds")
-    return json.dumps([{k: v for k, v in r.items() if k not in drop} for r in results], sort_keys=True, default=str)
+    return json.dumps([{k: v for k, v in r.items() if k not in EXECUTION_FIELDS} for r in results], sort_keys=True,
+                      default=str)
 
 
 def main(argv: list[str] | None = None) -> dict:

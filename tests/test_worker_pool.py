@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from fda_core.common.store import ResultStore
 from fda_core.experiments import federated, worker_pool
-from fda_core.experiments.federated import run_many
+from fda_core.experiments.federated import EXECUTION_FIELDS, run_many
 from fda_core.experiments.methods import _REGISTRY as METHODS
 from fda_core.experiments.methods import FedDA
 from worker_tasks import scaled
@@ -83,8 +83,8 @@ def _without_seconds(results):
     """The results as text without what depends on how they were computed: the wall-clock seconds and the rounds taken
     from another run of the sweep (``shared_rounds``: the runs computed here share their FedAvg rounds, workers compute
     every round; the numbers are the same either way)."""
-    return json.dumps([{k: v for k, v in r.items() if k not in ("seconds", "shared_rounds")} for r in results],
-                      sort_keys=True, default=str)
+    return json.dumps([{k: v for k, v in r.items() if k not in EXECUTION_FIELDS} for r in results], sort_keys=True,
+                      default=str)
 
 
 @pytest.mark.parametrize("workers", [0, -1, True, 1.5, "2", None])
@@ -187,11 +187,10 @@ NOTEBOOK_CELL = '''
 import json, torch
 torch.set_num_threads(1)
 import fda_worker_plugin  # registers WorkerBlobs and plugin_gp; the workers import it too
-from fda_core.experiments.federated import run_many
+from fda_core.experiments.federated import EXECUTION_FIELDS, run_many
 base = {base!r}
 configs = [dict(base, rule=r, seed=s) for r in ("plugin_gp", "fedda") for s in (0, 1)]
-strip = lambda rs: json.dumps([{{k: v for k, v in r.items() if k not in ("seconds", "shared_rounds")}} for r in rs],
-                              sort_keys=True)
+strip = lambda rs: json.dumps([{{k: v for k, v in r.items() if k not in EXECUTION_FIELDS}} for r in rs], sort_keys=True)
 side = run_many(configs, progress=False, workers=workers)
 assert strip(side) == strip(run_many(configs, progress=False)), "workers changed the results"
 print("side by side:", len(side), "runs")

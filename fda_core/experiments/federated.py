@@ -750,6 +750,11 @@ def run_experiment(*, _dataset: Any = None, progress: bool = False, **config: An
 # ---------------------------------------------------------------------------------------------
 # Many runs through the result store
 # ---------------------------------------------------------------------------------------------
+#: fields of a result that say how it was computed, not what it computed: equal runs differ in them (the wall-clock
+#: seconds; the first rounds taken from another run of the sweep, :mod:`fda_core.experiments.shared_rounds`)
+EXECUTION_FIELDS = ("seconds", "shared_rounds")
+
+
 def store_key(c: Mapping[str, Any]) -> dict[str, Any]:
     """The part of a resolved config that identifies a run in the store (everything but the execution choices
     'device' and 'client_batching', which change float rounding only)."""
