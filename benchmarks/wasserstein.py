@@ -9,12 +9,15 @@ and the untranslated source digits, 200 OT problems in all (``docs/translation.m
 process, on the same pairs:
 
 (a) ``emd``: the exact solver (POT's network simplex, one problem at a time on the host);
-(b) ``sinkhorn host``: the batched log-domain Sinkhorn on the CPU, as every call ran before
-    ``wasserstein_distances`` took a ``device`` (also on a GPU machine);
-(c) ``sinkhorn device``: the same Sinkhorn with the costs and the iterations on ``--device``.
+(b) ``sinkhorn host``: the batched Sinkhorn on the CPU, as every call ran before ``wasserstein_distances`` took
+    a ``device`` (also on a GPU machine), in the form it picks (``sinkhorn_domain="auto"``: on the kernel
+    exp(−C/ε) where that is safe, as on these digits);
+(c) ``sinkhorn device``: the same Sinkhorn with the costs and the iterations on ``--device``;
+(d) ``sinkhorn host log``: (b) forced into the log domain (log-sum-exp on −C/ε, every call's form before
+    2026-11-29; ``docs/translation.md`` § Sinkhorn in the kernel or the log domain).
 
 Reported: seconds of each (median of ``--repeats``; CUDA synchronised by the results' transfer), the ratios
-(b)/(c) and (a)/(c), the mean WD of each, Sinkhorn's bias against EMD and the largest relative difference of
+(b)/(c), (a)/(c) and (d)/(b) with the largest relative difference of (b) from (d), the mean WD of each, Sinkhorn's bias against EMD and the largest relative difference of
 (c) from (b) (float32 cost rounding on a GPU; 0 on the CPU).
 
 Notebook 06 at the paper's sizes holds out MNIST's whole test file (892 to 1,135 digits per class; ``--data-root``
@@ -23,10 +26,10 @@ with the IDX files, ``--n-per-class 0``) and measures WD after each of its 11 de
 Usage::
 
     python benchmarks/wasserstein.py [--device auto|cpu|cuda] [--threads 1] [--n-per-class 100]
-                                     [--data-root DIR] [--repeats 1] [--forms emd host device] [--quick]
+                                     [--data-root DIR] [--repeats 1] [--forms emd host device log] [--quick]
                                      [--json OUT]
 
-``--forms`` picks among (a) ``emd``, (b) ``host`` and (c) ``device`` (at the paper's sizes the host Sinkhorn
+``--forms`` picks among (a) ``emd``, (b) ``host``, (c) ``device`` and (d) ``log`` (at the paper's sizes the host Sinkhorn
 takes about 7 s per problem on one CPU thread, so ``--forms emd device`` there); ratios need both of their forms.
 
 ``--quick`` (smoke test, seconds): 2 clients, 12 held-out digits per class.
@@ -74,8 +77,9 @@ def main(argv: list[str] | None = None) -> dict:
                     help="held-out digits per class and client (notebook 06's default 100); 0: every test digit")
     ap.add_argument("--data-root", default="", help="folder with the MNIST IDX files ('' uses MNIST-5k)")
     ap.add_argument("--repeats", type=int, default=1, help="timed calls per solver (the median is printed)")
-    ap.add_argument("--forms", nargs="+", default=["emd", "host", "device"], choices=["emd", "host", "device"],
-                    help="which of (a) emd, (b) host Sinkhorn, (c) device Sinkhorn to time")
+    ap.add_argument("--forms", nargs="+", default=["emd", "host", "device", "log"],
+                    choices=["emd", "host", "device", "log"],
+                    help="which of (a) emd, (b) host Sinkhorn, (c) device Sinkhorn, (d) host log-domain Sinkhorn to time")
     ap.add_argument("--quick", action="store_true", help="smoke test: 2 clients, 12 digits per class")
     ap.add_argument("--json", default=None, help="also write the numbers to this JSON file")
     args = ap.parse_args(argv)
@@ -90,16 +94,17 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     domains = rotated_mnist(angles, 2, args.n_per_class, args.data_root, 0)
-    forms = {name: form for key, (name, form) in {"emd": ("emd", ("emd", None)),
-                                                      "host": ("sinkhorn host", ("sinkhorn", None)),
-                                                      "device": ("sinkhorn device", ("sinkhorn", device))}.items()
+    forms = {name: form for key, (name, form) in {"emd": ("emd", ("emd", None, "auto")),
+                                                      "host": ("sinkhorn host", ("sinkhorn", None, "auto")),
+                                                      "device": ("sinkhorn device", ("sinkhorn", device, "auto")),
+                                                      "log": ("sinkhorn host log", ("sinkhorn", None, "log"))}.items()
              if key in args.forms}
     if device.type == "cuda":  # warm-up: kernels and the allocator, outside the timings
         identity_wd(rotated_mnist(angles[:2], 2, 3, "", 0), "sinkhorn", REG, device=device)
     seconds, mean_wd, values = {}, {}, {}
-    for form, (method, where) in forms.items():
-        seconds[form], wd = timed(args.repeats, lambda m=method, w=where: identity_wd(domains, m, REG, chunk=2000,
-                                                                                      device=w).wd.to_numpy())
+    for form, (method, where, domain) in forms.items():
+        seconds[form], wd = timed(args.repeats, lambda m=method, w=where, k=domain: identity_wd(
+            domains, m, REG, chunk=2000, device=w, sinkhorn_domain=k).wd.to_numpy())
         values[form], mean_wd[form] = wd, float(wd.mean())
     counts = torch.bincount(domains.test_y[0], minlength=10).tolist()
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu, {args.threads} thread(s)"
@@ -116,6 +121,12 @@ def main(argv: list[str] | None = None) -> dict:
         out["max_rel_diff_device_vs_host"] = float(np.max(np.abs(there - host) / np.abs(host)))
         print(f"  sinkhorn host / device: {out['ratio_host_over_device_sinkhorn']:.2f}x; largest relative "
               f"difference {out['max_rel_diff_device_vs_host']:.1e}")
+    if {"sinkhorn host", "sinkhorn host log"} <= set(values):
+        kernel, log = values["sinkhorn host"], values["sinkhorn host log"]
+        out["ratio_log_over_auto_host_sinkhorn"] = seconds["sinkhorn host log"] / seconds["sinkhorn host"]
+        out["max_rel_diff_auto_vs_log"] = float(np.max(np.abs(kernel - log) / np.abs(log)))
+        print(f"  sinkhorn host log / host: {out['ratio_log_over_auto_host_sinkhorn']:.2f}x; largest relative "
+              f"difference {out['max_rel_diff_auto_vs_log']:.1e}")
     sinkhorn = next((f for f in ("sinkhorn device", "sinkhorn host") if f in values), None)
     if "emd" in values and sinkhorn:
         out["ratio_emd_over_sinkhorn"] = {sinkhorn: seconds["emd"] / seconds[sinkhorn]}

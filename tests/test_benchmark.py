@@ -320,15 +320,19 @@ def test_fedstargan_benchmark_smoke():
 @pytest.mark.timeout(300)
 def test_wasserstein_benchmark_smoke():
     """benchmarks/wasserstein.py --quick times notebook 06's held-out WD by EMD and by Sinkhorn on the host and on
-    the device (here the CPU: the same bits), with Sinkhorn's small bias against the exact value."""
+    the device (here the CPU: the same bits), and the host Sinkhorn forced into the log domain (the same values to
+    rounding), with Sinkhorn's small bias against the exact value."""
     before = torch.get_num_threads()
     try:
         out = _load("wasserstein").main(["--quick", "--device", "cpu"])
         only = _load("wasserstein").main(["--quick", "--device", "cpu", "--forms", "emd", "device"])
     finally:
         torch.set_num_threads(before)
-    assert set(out["seconds"]) == {"emd", "sinkhorn host", "sinkhorn device"} and out["problems"] == 20
+    assert set(out["seconds"]) == {"emd", "sinkhorn host", "sinkhorn device", "sinkhorn host log"}
+    assert out["problems"] == 20
     assert out["max_rel_diff_device_vs_host"] == 0 and out["held_out_per_class"] == [12] * 10
+    assert 0 <= out["max_rel_diff_auto_vs_log"] < 1e-12  # the kernel form's rounding, nothing more
+    assert out["ratio_log_over_auto_host_sinkhorn"] > 0
     assert 0 < out["sinkhorn_bias_vs_emd"] < 0.03  # entropic OT's plan costs a little more than the optimal one
     assert set(only["seconds"]) == {"emd", "sinkhorn device"} and "ratio_host_over_device_sinkhorn" not in only
     assert only["mean_wd"]["emd"] == out["mean_wd"]["emd"]

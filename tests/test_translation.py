@@ -268,6 +268,62 @@ def test_wasserstein_on_a_device_is_the_host_value(device):
             assert np.allclose(there, host, rtol=1e-4, atol=0), method
 
 
+def test_sinkhorn_in_the_kernel_domain_is_the_log_domain_sinkhorn():
+    """The kernel form (POT's "sinkhorn" on exp(−C/ε)) and the log form (POT's "log_sinkhorn") run the same
+    iterations from the same start: the same values to rounding on digits; "auto" takes the kernel form there."""
+    from fda_core.core.wasserstein import sinkhorn_form, squared_distances
+
+    g = torch.Generator().manual_seed(2)
+    pairs = [(torch.rand(30, 784, generator=g).round(), torch.rand(30, 784, generator=g).round()) for _ in range(4)]
+    log = wasserstein_distances(pairs, "sinkhorn", 0.02, sinkhorn_domain="log")
+    kernel = wasserstein_distances(pairs, "sinkhorn", 0.02, sinkhorn_domain="kernel")
+    assert np.allclose(kernel, log, rtol=1e-12, atol=0)
+    assert np.array_equal(wasserstein_distances(pairs, "sinkhorn", 0.02), kernel)
+    cost = squared_distances(torch.stack([a for a, _ in pairs]), torch.stack([b for _, b in pairs]))
+    assert sinkhorn_form(cost / (0.02 * cost.mean())) == "sinkhorn"
+
+
+def test_sinkhorn_takes_the_log_domain_where_the_kernel_would_underflow():
+    """A point far from every point of the other set (its row of C/ε above the limit) would leave a row of
+    exp(−C/ε) at 0 in float64: "auto" takes the log form there, and "kernel" is refused, naming the parameter."""
+    from fda_core.core.wasserstein import KERNEL_DOMAIN_LIMIT, sinkhorn_form
+
+    scaled = torch.zeros(2, 3, 3, dtype=torch.float64)
+    assert sinkhorn_form(scaled) == "sinkhorn"
+    scaled[1, 2] = KERNEL_DOMAIN_LIMIT + 1  # one row far from everything
+    assert sinkhorn_form(scaled) == "log_sinkhorn" and sinkhorn_form(scaled, "log") == "log_sinkhorn"
+    with pytest.raises(ValueError, match="sinkhorn_domain='kernel'"):
+        sinkhorn_form(scaled, "kernel")
+    scaled.transpose(1, 2)[0, 1] = KERNEL_DOMAIN_LIMIT + 1  # and a column (transposed: the same check)
+    assert sinkhorn_form(scaled[:1]) == "log_sinkhorn"
+    x = torch.zeros(5, 2)
+    far = torch.cat([torch.zeros(4, 2), torch.full((1, 2), 100.0)])  # C/ε of the far point: 5 / reg = 500
+    assert 5 / 0.01 > KERNEL_DOMAIN_LIMIT
+    auto = wasserstein_distances([(x, far)], "sinkhorn", 0.01)
+    assert auto[0] == wasserstein_distances([(x, far)], "sinkhorn", 0.01, sinkhorn_domain="log")[0]
+    assert auto[0] == pytest.approx(20000 / 5, rel=1e-9)  # every point of x is at the origin: the mean cost
+    with pytest.raises(ValueError, match="sinkhorn_domain='kernel'"):
+        wasserstein_distances([(x, far)], "sinkhorn", 0.01, sinkhorn_domain="kernel")
+    with pytest.raises(ValueError, match="sinkhorn_domain must be one of"):
+        wasserstein_distances([(x, far)], "sinkhorn", 0.02, sinkhorn_domain="exp")
+
+
+def test_cross_check_measures_the_primary_metrics_translations():
+    """run_translation's Sinkhorn/EMD cross-check takes the translations the primary metric measured after the last
+    layer: the value a separate evaluation at that depth gives."""
+    from fda_core.experiments.translation import experiments as ex
+
+    d = ex.load_domains((0, 30, 60), n_train_per_class=8, n_test_per_class=3)
+    cfg = dict(seed=0, device="cpu", n_layers=2, n_directions=3, max_iter=4, n_bins=None, eval_depths=[0, 1],
+               wd_method="emd", wd_reg=0.05, variant="INB", convention="reference", input_transform="auto")
+    keep: dict = {}
+    result = ex.run_translation(cfg, d, sinkhorn_check=True, keep=keep)
+    again = ex.wd_by_depth(keep["model"], d, [2], "sinkhorn", 0.05)
+    assert result["cross_check"]["method"] == "sinkhorn"
+    assert result["cross_check"]["wd"] == float(again.wd.mean())
+    assert result["cross_check"]["wd_primary"] == result["wd_final"]
+
+
 # ---------------------------------------------------------------------------------- autoencoder
 def test_autoencoder_shapes_and_training_runs():
     ae = ConvAutoencoder()

@@ -129,9 +129,10 @@ def _class_pairs(xs: torch.Tensor, ys: torch.Tensor, xt: torch.Tensor, yt: torch
 
 
 def identity_wd(domains: RotatedDomains, method: str = "emd", reg: float = 0.02, chunk: int = 1000,
-                device: str | torch.device | None = None) -> pd.DataFrame:
+                device: str | torch.device | None = None, sinkhorn_domain: str = "auto") -> pd.DataFrame:
     """WD of the identity translator on held-out data: per (source, target ≠ source, class),
-    WD(real target digits, untranslated source digits). ``device``: where the costs (and Sinkhorn) are computed."""
+    WD(real target digits, untranslated source digits). ``device``: where the costs (and Sinkhorn) are computed;
+    ``sinkhorn_domain``: as :func:`~fda_core.core.wasserstein.wasserstein_distances`."""
     rows, pairs = [], []
     m = len(domains.test_x)
     classes = sorted(domains.test_y[0].unique().tolist())
@@ -140,19 +141,22 @@ def identity_wd(domains: RotatedDomains, method: str = "emd", reg: float = 0.02,
             if s != t:
                 pairs += _class_pairs(domains.test_x[s], domains.test_y[s], domains.test_x[t], domains.test_y[t], classes)
                 rows += [dict(source=s, target=t, label=c) for c in classes]
-    wd = wasserstein_distances([(b, a) for a, b in pairs], method, reg, chunk=chunk, device=device)
+    wd = wasserstein_distances([(b, a) for a, b in pairs], method, reg, chunk=chunk, device=device,
+                               sinkhorn_domain=sinkhorn_domain)
     return pd.DataFrame(rows).assign(wd=wd)
 
 
 def wd_by_depth(model: FedINB, domains: RotatedDomains, depths, method: str = "emd", reg: float = 0.02,
                 chunk: int = 1000, known: dict[int, pd.DataFrame] | None = None,
-                device: str | torch.device | None = None) -> pd.DataFrame:
+                device: str | torch.device | None = None, pairs_at: dict[int, list] | None = None) -> pd.DataFrame:
     """Held-out WD after ℓ layers for ℓ in ``depths``: per (depth, source, target ≠ source, class),
     WD(real target digits, digits translated source → target) (paper Sec. 4 Metrics). ``device``: where the
     costs (and Sinkhorn) are computed.
 
     ``known``: depth → rows of this table already measured (e.g. depth 0, where every translator of one
-    variant and input transform is the same map); those depths are not translated again."""
+    variant and input transform is the same map); those depths are not translated again.
+    ``pairs_at``: a dict whose keys are depths; each depth measured here gets its (real, translated) pairs, in the
+    table's row order, so another metric can be computed on the same translations (the Sinkhorn/EMD cross-check)."""
     known = {d: t for d, t in (known or {}).items() if d in set(depths)}
     rows = [known[d] for d in sorted(known)]
     todo = [d for d in depths if d not in known]
@@ -163,6 +167,8 @@ def wd_by_depth(model: FedINB, domains: RotatedDomains, depths, method: str = "e
         p += [(domains.test_x[t][domains.test_y[t] == c], xs[(ys == c).to(xs.device)].cpu()) for c in classes]
         r += [dict(depth=depth, source=s, target=t, label=c) for c in classes]
     for depth, (r, p) in by_depth.items():
+        if pairs_at is not None and depth in pairs_at:
+            pairs_at[depth] = p
         rows.append(pd.DataFrame(r).assign(wd=wasserstein_distances(p, method, reg, chunk=chunk, device=device)))
     return pd.concat(rows, ignore_index=True).sort_values(["depth", "source", "target", "label"], kind="stable",
                                                           ignore_index=True)
@@ -190,7 +196,8 @@ def run_translation(config: dict, domains: RotatedDomains, autoencoders=None, gr
     :class:`~fda_core.experiments.translation.inb.FedINB` (``docs/translation.md`` § Reference-code
     conventions). ``autoencoders``: the model(s) for AE variants. ``grid_per_class``:
     how many held-out digits per class of client 0 to translate to the last client (Fig. 3a).
-    ``sinkhorn_check``: also compute the final WD with the other solver (Sinkhorn vs EMD cross-check).
+    ``sinkhorn_check``: also compute the final WD with the other solver, on the same translated digits
+    (Sinkhorn vs EMD cross-check).
     ``depth0_cache``: a dict shared by the runs of one set of domains and autoencoders; the depth-0 WD rows
     (no layer applied: the same map for every run of a variant and input transform) are measured once per
     (variant, input transform, WD method) and reused. ``keep``: a dict that receives the fitted translator
@@ -211,7 +218,8 @@ def run_translation(config: dict, domains: RotatedDomains, autoencoders=None, gr
     t1 = time.perf_counter()
     key = (model.variant, model.input_transform_, method, reg, chunk)
     known = {0: depth0_cache[key]} if depth0_cache is not None and key in depth0_cache else None
-    wd = wd_by_depth(model, domains, depths, method, reg, chunk, known=known, device=model.device)
+    final_pairs: dict[int, list] = {model.n_layers: []} if sinkhorn_check else {}
+    wd = wd_by_depth(model, domains, depths, method, reg, chunk, known=known, device=model.device, pairs_at=final_pairs)
     if depth0_cache is not None and 0 in depths:
         depth0_cache.setdefault(key, wd[wd.depth == 0].reset_index(drop=True))
     eval_seconds = time.perf_counter() - t1
@@ -243,8 +251,11 @@ def run_translation(config: dict, domains: RotatedDomains, autoencoders=None, gr
     if sinkhorn_check:
         other = "sinkhorn" if method == "emd" else "emd"
         t2 = time.perf_counter()
-        wd2 = wd_by_depth(model, domains, [model.n_layers], other, reg, chunk, device=model.device)
-        result["cross_check"] = dict(method=other, wd=float(wd2.wd.mean()), wd_primary=curve[-1]["wd"],
+        if final_pairs[model.n_layers]:  # the primary metric's translations after the last layer
+            wd2 = wasserstein_distances(final_pairs[model.n_layers], other, reg, chunk=chunk, device=model.device)
+        else:  # that depth came from depth0_cache (n_layers = 0): translate again
+            wd2 = wd_by_depth(model, domains, [model.n_layers], other, reg, chunk, device=model.device).wd.to_numpy()
+        result["cross_check"] = dict(method=other, wd=float(pd.Series(wd2).mean()), wd_primary=curve[-1]["wd"],
                                      seconds=time.perf_counter() - t2)
     if grid_per_class > 0:
         src, tgt = 0, len(domains.test_x) - 1
