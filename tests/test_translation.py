@@ -252,6 +252,23 @@ def test_wasserstein_emd_and_sinkhorn_agree():
     assert chunked >= emd - 1e-6
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf"), 1e30])
+@pytest.mark.parametrize("method", ["emd", "sinkhorn"])
+def test_wasserstein_refuses_non_finite_points(bad, method):
+    """NaN or ±inf in either set (or a value whose squared distances overflow) is refused before any solver runs,
+    in a chunked problem too."""
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.rand(6, 4, generator=g), torch.rand(6, 4, generator=g)
+    for where in (x, y):
+        broken = where.clone()
+        broken[2, 1] = bad
+        pair = (broken, y) if where is x else (x, broken)
+        with pytest.raises(ValueError, match="NaN or infinite"):
+            wasserstein_distances([(x, y), pair], method)
+        with pytest.raises(ValueError, match="NaN or infinite"):
+            wasserstein_distances([pair], method, chunk=3)
+
+
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs CUDA"))])
 def test_wasserstein_on_a_device_is_the_host_value(device):

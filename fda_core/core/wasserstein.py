@@ -111,6 +111,9 @@ def wasserstein_distances(pairs: list[tuple[Tensor, Tensor]], method: str = "emd
         k = max(math.ceil(x.shape[0] / chunk), math.ceil(y.shape[0] / chunk))
         if k > min(x.shape[0], y.shape[0]):
             raise ValueError(f"pair {i}: too few points for {k} chunks")
+        if k == 1:  # one problem: the sets themselves (indexing would copy them)
+            problems.append((i, 1.0, x, y))
+            continue
         for a, b in zip(_chunks(x.shape[0], k, gen), _chunks(y.shape[0], k, gen)):
             problems.append((i, a.numel() / x.shape[0], x[a], y[b]))
     out = np.zeros(len(pairs))
@@ -120,9 +123,11 @@ def wasserstein_distances(pairs: list[tuple[Tensor, Tensor]], method: str = "emd
     for (n, m), members in groups.items():
         a = torch.stack([problems[j][2] for j in members])
         b = torch.stack([problems[j][3] for j in members])
-        if not bool(torch.isfinite(a.sum(dtype=torch.float64) + b.sum(dtype=torch.float64))):  # NaN/inf propagate
-            raise ValueError("x or y contains NaN or infinite values")
         cost = squared_distances(a.to(device), b.to(device))
+        # NaN or ±inf in x or y make costs NaN or inf; checked on the (B, n, m) costs, a fraction of the inputs' size
+        if not bool(torch.isfinite(cost.sum())):
+            raise ValueError("x or y contains NaN or infinite values (or values so large that their squared "
+                             "distances overflow float32)")
         if method == "emd":
             wa, wb = np.full(n, 1.0 / n), np.full(m, 1.0 / m)
             vals = [float(ot.emd2(wa, wb, c, numItermax=10_000_000)) for c in cost.cpu().numpy()]

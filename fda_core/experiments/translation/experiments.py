@@ -161,10 +161,13 @@ def wd_by_depth(model: FedINB, domains: RotatedDomains, depths, method: str = "e
     rows = [known[d] for d in sorted(known)]
     todo = [d for d in depths if d not in known]
     classes = sorted(domains.test_y[0].unique().tolist())
+    real: dict[int, list[torch.Tensor]] = {}  # target -> its real held-out digits per class (shared by sources, depths)
     by_depth: dict[int, tuple[list, list]] = {}
     for depth, s, t, xs, ys in (model.translate_all(domains.test_x, domains.test_y, todo) if todo else ()):
         r, p = by_depth.setdefault(depth, ([], []))
-        p += [(domains.test_x[t][domains.test_y[t] == c], xs[(ys == c).to(xs.device)].cpu()) for c in classes]
+        if t not in real:
+            real[t] = [domains.test_x[t][domains.test_y[t] == c] for c in classes]
+        p += [(real[t][i], xs[(ys == c).to(xs.device)].cpu()) for i, c in enumerate(classes)]
         r += [dict(depth=depth, source=s, target=t, label=c) for c in classes]
     for depth, (r, p) in by_depth.items():
         if pairs_at is not None and depth in pairs_at:
