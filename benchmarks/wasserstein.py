@@ -115,18 +115,17 @@ def main(argv: list[str] | None = None) -> dict:
           f"{min(counts)}-{max(counts)} digits per class), median of {args.repeats}, (c) on {name}")
     for form, t in seconds.items():
         print(f"  {form:<16} {t:9.3f} s   mean WD {mean_wd[form]:.4f}")
-    if {"sinkhorn host", "sinkhorn device"} <= set(values):
-        host, there = values["sinkhorn host"], values["sinkhorn device"]
-        out["ratio_host_over_device_sinkhorn"] = seconds["sinkhorn host"] / seconds["sinkhorn device"]
-        out["max_rel_diff_device_vs_host"] = float(np.max(np.abs(there - host) / np.abs(host)))
-        print(f"  sinkhorn host / device: {out['ratio_host_over_device_sinkhorn']:.2f}x; largest relative "
-              f"difference {out['max_rel_diff_device_vs_host']:.1e}")
-    if {"sinkhorn host", "sinkhorn host log"} <= set(values):
-        kernel, log = values["sinkhorn host"], values["sinkhorn host log"]
-        out["ratio_log_over_auto_host_sinkhorn"] = seconds["sinkhorn host log"] / seconds["sinkhorn host"]
-        out["max_rel_diff_auto_vs_log"] = float(np.max(np.abs(kernel - log) / np.abs(log)))
-        print(f"  sinkhorn host log / host: {out['ratio_log_over_auto_host_sinkhorn']:.2f}x; largest relative "
-              f"difference {out['max_rel_diff_auto_vs_log']:.1e}")
+    # (slower form, faster form, key of the time ratio, key of the largest relative difference of the second from
+    # the first)
+    for slow, fast, ratio_key, diff_key in (
+            ("sinkhorn host", "sinkhorn device", "ratio_host_over_device_sinkhorn", "max_rel_diff_device_vs_host"),
+            ("sinkhorn host log", "sinkhorn host", "ratio_log_over_auto_host_sinkhorn", "max_rel_diff_auto_vs_log")):
+        if {slow, fast} <= set(values):
+            reference, other = values[slow], values[fast]
+            out[ratio_key] = seconds[slow] / seconds[fast]
+            out[diff_key] = float(np.max(np.abs(other - reference) / np.abs(reference)))
+            print(f"  {slow} / {fast.removeprefix('sinkhorn ')}: {out[ratio_key]:.2f}x; largest relative "
+                  f"difference {out[diff_key]:.1e}")
     sinkhorn = next((f for f in ("sinkhorn device", "sinkhorn host") if f in values), None)
     if "emd" in values and sinkhorn:
         out["ratio_emd_over_sinkhorn"] = {sinkhorn: seconds["emd"] / seconds[sinkhorn]}
