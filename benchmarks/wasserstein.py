@@ -17,8 +17,8 @@ process, on the same pairs:
     2026-11-29; ``docs/translation.md`` § Sinkhorn in the kernel or the log domain).
 
 Reported: seconds of each (median of ``--repeats``; CUDA synchronised by the results' transfer), the ratios
-(b)/(c), (a)/(c) and (d)/(b) with the largest relative difference of (b) from (d), the mean WD of each, Sinkhorn's bias against EMD and the largest relative difference of
-(c) from (b) (float32 cost rounding on a GPU; 0 on the CPU).
+(b)/(c), (a)/(c) and (d)/(b), the mean WD of each, Sinkhorn's bias against EMD, the largest relative difference of
+(c) from (b) (float32 cost rounding on a GPU; 0 on the CPU) and that of (b) from (d) (the kernel form's rounding).
 
 Notebook 06 at the paper's sizes holds out MNIST's whole test file (892 to 1,135 digits per class; ``--data-root``
 with the IDX files, ``--n-per-class 0``) and measures WD after each of its 11 depths per run, about 20 runs.
@@ -29,8 +29,9 @@ Usage::
                                      [--data-root DIR] [--repeats 1] [--forms emd host device log] [--quick]
                                      [--json OUT]
 
-``--forms`` picks among (a) ``emd``, (b) ``host``, (c) ``device`` and (d) ``log`` (at the paper's sizes the host Sinkhorn
-takes about 7 s per problem on one CPU thread, so ``--forms emd device`` there); ratios need both of their forms.
+``--forms`` picks among (a) ``emd``, (b) ``host``, (c) ``device`` and (d) ``log`` (at the paper's sizes the host
+Sinkhorn takes about 7 s per problem on one CPU thread, so ``--forms emd device`` there); ratios need both of their
+forms.
 
 ``--quick`` (smoke test, seconds): 2 clients, 12 held-out digits per class.
 """
@@ -79,7 +80,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--repeats", type=int, default=1, help="timed calls per solver (the median is printed)")
     ap.add_argument("--forms", nargs="+", default=["emd", "host", "device", "log"],
                     choices=["emd", "host", "device", "log"],
-                    help="which of (a) emd, (b) host Sinkhorn, (c) device Sinkhorn, (d) host log-domain Sinkhorn to time")
+                    help="which of (a) emd, (b) host Sinkhorn, (c) device Sinkhorn, (d) host log-domain Sinkhorn "
+                         "to time")
     ap.add_argument("--quick", action="store_true", help="smoke test: 2 clients, 12 digits per class")
     ap.add_argument("--json", default=None, help="also write the numbers to this JSON file")
     args = ap.parse_args(argv)

@@ -134,8 +134,8 @@ def wasserstein_distances(pairs: list[tuple[Tensor, Tensor]], method: str = "emd
         else:
             eps = reg * cost.mean(dim=(1, 2))  # relative ε, one per problem
             scaled = cost / eps[:, None, None]
-            res = ot.batch.solve_batch(scaled, reg=1.0, method=sinkhorn_form(scaled, sinkhorn_domain), max_iter=max_iter, tol=tol,
-                                       grad="detach")
+            form = sinkhorn_form(scaled, sinkhorn_domain)
+            res = ot.batch.solve_batch(scaled, reg=1.0, method=form, max_iter=max_iter, tol=tol, grad="detach")
             vals = (res.plan * cost).sum(dim=(1, 2)).tolist()
         for j, v in zip(members, vals):
             out[problems[j][0]] += problems[j][1] * v
