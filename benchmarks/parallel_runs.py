@@ -38,19 +38,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fda_core.common.devices import resolve_device  # noqa: E402
-from fda_core.experiments.federated import EXECUTION_FIELDS, run_many  # noqa: E402
+from fda_core.experiments.federated import EXECUTION_FIELDS, computed_content, run_many  # noqa: E402
 
 SETTING = dict(dataset="NoisyFeatures", dataset_options={"noise_std": 0.4, "noise_draw": "per_round"}, rule="fedgp",
                method_options={"projection": "cosine"}, warmup_rounds=0, source_lr=0.01, target_lr=0.01,
                source_batch_size=64, target_batch_size=16, n_target_labeled=100, train_fraction=0.5,
                model="small_cnn")
-
-
-def _strip(results: list[dict]) -> str:
-    """The results without their wall-clock seconds and shared rounds (how they were computed), as text (for the
-    equality check)."""
-    return json.dumps([{k: v for k, v in r.items() if k not in EXECUTION_FIELDS} for r in results], sort_keys=True,
-                      default=str)
 
 
 def largest_difference(a: object, b: object) -> float:
@@ -118,12 +111,12 @@ def main(argv: list[str] | None = None) -> dict:
         # scale against which the workers' differences are read (on 2026-11-27 an H200's workers=2 differed)
         again_time, again = sweep(str(device), args.runs, args.rounds, 1)
         seconds[1] = min(base_time, again_time)
-        differences[1] = largest_difference(json.loads(_strip(again)), json.loads(_strip(base)))
+        differences[1] = largest_difference(json.loads(computed_content(again)), json.loads(computed_content(base)))
     for k in args.workers:
         t, res = sweep(str(device), args.runs, args.rounds, k)
-        if device.type == "cpu" and _strip(res) != _strip(base):
+        if device.type == "cpu" and computed_content(res) != computed_content(base):
             raise SystemExit(f"workers={k} gave other results than workers=1 (thread counts differ?)")
-        differences[k] = largest_difference(json.loads(_strip(res)), json.loads(_strip(base)))
+        differences[k] = largest_difference(json.loads(computed_content(res)), json.loads(computed_content(base)))
         seconds[k], in_flight[k] = t, runs_in_flight(res, t)
     out = {"device": str(device), "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
            "runs": args.runs, "rounds": args.rounds, "threads_here": threads, "seconds": seconds,

@@ -34,7 +34,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fda_core.experiments.federated import EXECUTION_FIELDS, run_many, sweep_configs  # noqa: E402
+from fda_core.experiments.federated import computed_content, run_many, sweep_configs  # noqa: E402
 from fda_core.experiments.methods import with_variant  # noqa: E402
 
 #: notebook 04's methods (its parameters cell), each in the reference variant as the notebook runs them
@@ -43,12 +43,6 @@ METHODS = ["source_only", "finetune_offline", "fedda", "fedgp", "fedda_auto", "f
 SETTING = dict(dataset="ColoredMNIST", dataset_options={"image_size": 14}, model="small_cnn", rounds=8, warmup_rounds=2,
                lr_decay=1.0, source_lr=1e-3, target_lr=1e-3, target_local_epochs=5, target_batch_size=4,
                n_target_labeled=18, source_fraction=0.8, device="cpu")
-
-
-def _strip(results: list[dict]) -> str:
-    """The results without their wall-clock seconds and shared rounds, as text (for the equality check)."""
-    return json.dumps([{k: v for k, v in r.items() if k not in EXECUTION_FIELDS} for r in results], sort_keys=True,
-                      default=str)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -79,7 +73,7 @@ def main(argv: list[str] | None = None) -> dict:
             results[kind] = run_many(configs, progress=False, labels=labels, share_rounds=share)
             seconds[kind].append(time.perf_counter() - start)
     median = {k: statistics.median(v) for k, v in seconds.items()}
-    same = _strip(results["every round"]) == _strip(results["shared"])
+    same = computed_content(results["every round"]) == computed_content(results["shared"])
     shared = {f"{r['labels']['method']} (seed {r['config']['seed']})": r["shared_rounds"] for r in results["shared"]}
     out = {"setting": setting, "methods": METHODS, "target": args.target, "seeds": args.seeds, "repeats": args.repeats,
            "seconds": seconds, "median_seconds": median, "ratio": median["every round"] / median["shared"],

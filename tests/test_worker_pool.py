@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from fda_core.common.store import ResultStore
 from fda_core.experiments import federated, worker_pool
-from fda_core.experiments.federated import EXECUTION_FIELDS, run_many
+from fda_core.experiments.federated import computed_content, run_many
 from fda_core.experiments.methods import _REGISTRY as METHODS
 from fda_core.experiments.methods import FedDA
 from worker_tasks import scaled
@@ -79,14 +79,6 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def _without_seconds(results):
-    """The results as text without what depends on how they were computed: the wall-clock seconds and the rounds taken
-    from another run of the sweep (``shared_rounds``: the runs computed here share their FedAvg rounds, workers compute
-    every round; the numbers are the same either way)."""
-    return json.dumps([{k: v for k, v in r.items() if k not in EXECUTION_FIELDS} for r in results], sort_keys=True,
-                      default=str)
-
-
 @pytest.mark.parametrize("workers", [0, -1, True, 1.5, "2", None])
 def test_bad_worker_counts_are_refused_before_anything_runs(workers, tmp_path):
     with pytest.raises(ValueError, match=r"workers must be an integer ≥ 1"):
@@ -110,7 +102,7 @@ def test_workers_give_the_runs_of_one_after_another_bit_for_bit(plugin, one_thre
     here = run_many(configs, progress=False, labels=labels)
     seen = []
     side = run_many(configs, progress=False, labels=labels, workers=2, on_result=lambda r: seen.append(r["labels"]["k"]))
-    assert _without_seconds(side) == _without_seconds(here)
+    assert computed_content(side) == computed_content(here)
     assert seen == list(range(len(configs)))  # on_result in the configs' order, whichever finished first
     assert [r["method"] for r in side[:2]] == ["Plugin GP", "Plugin GP"]  # the plug-in's method ran in the workers
 
@@ -120,7 +112,7 @@ def test_workers_give_the_runs_of_one_after_another_bit_for_bit(plugin, one_thre
                       labels=labels + labels[:2])
     assert store.counts["w"] == {"reused": 2, "computed": 6, "stale": 0}
     assert len(list((tmp_path / "w").glob("*.json"))) == 6
-    assert _without_seconds(stored[:6]) == _without_seconds(here)
+    assert computed_content(stored[:6]) == computed_content(here)
     assert stored[6:] == stored[:2] and stored[0] is not stored[6]  # read back from the store: equal, not shared
     again = ResultStore(tmp_path)
     assert run_many(configs, store=again, experiment="w", progress=False, workers=2, labels=labels) == stored[:6]
@@ -158,7 +150,7 @@ def test_a_method_of_a_notebook_cell_runs_here_with_a_warning(plugin, tmp_path):
                                                 r"computing the 2 run\(s\) in this process"):
             out = run_many(configs, progress=False, workers=2)
         assert [r["method"] for r in out] == ["Cell FedDA"] * 2
-        assert _without_seconds(out) == _without_seconds(run_many(configs, progress=False))
+        assert computed_content(out) == computed_content(run_many(configs, progress=False))
     finally:
         METHODS.pop(CellFedDA.name, None)
 
@@ -187,12 +179,11 @@ NOTEBOOK_CELL = '''
 import json, torch
 torch.set_num_threads(1)
 import fda_worker_plugin  # registers WorkerBlobs and plugin_gp; the workers import it too
-from fda_core.experiments.federated import EXECUTION_FIELDS, run_many
+from fda_core.experiments.federated import computed_content, run_many
 base = {base!r}
 configs = [dict(base, rule=r, seed=s) for r in ("plugin_gp", "fedda") for s in (0, 1)]
-strip = lambda rs: json.dumps([{{k: v for k, v in r.items() if k not in EXECUTION_FIELDS}} for r in rs], sort_keys=True)
 side = run_many(configs, progress=False, workers=workers)
-assert strip(side) == strip(run_many(configs, progress=False)), "workers changed the results"
+assert computed_content(side) == computed_content(run_many(configs, progress=False)), "workers changed the results"
 print("side by side:", len(side), "runs")
 '''
 

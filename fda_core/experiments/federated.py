@@ -45,7 +45,7 @@ from . import shared_rounds
 from .methods import ClientInfo, Method, RoundInfo, RoundResults, get_method
 
 __all__ = ["DEFAULT_CONFIG", "CONFIG_ALIASES", "ALIGNMENT_STEPS", "make_config", "run_experiment", "target_index", "Run", "run_many",
-           "sweep_configs", "store_key", "code_revision_of", "check_configs_fit_data"]
+           "EXECUTION_FIELDS", "computed_content", "sweep_configs", "store_key", "code_revision_of", "check_configs_fit_data"]
 
 #: Default configuration of :func:`run_experiment` (the allowed keys, besides :data:`CONFIG_ALIASES`).
 DEFAULT_CONFIG: dict[str, Any] = {
@@ -753,6 +753,13 @@ def run_experiment(*, _dataset: Any = None, progress: bool = False, **config: An
 #: fields of a result that say how it was computed, not what it computed: equal runs differ in them (the wall-clock
 #: seconds; the first rounds taken from another run of the sweep, :mod:`fda_core.experiments.shared_rounds`)
 EXECUTION_FIELDS = ("seconds", "shared_rounds")
+
+
+def computed_content(results: Sequence[Mapping[str, Any]]) -> str:
+    """The results as canonical JSON text without their :data:`EXECUTION_FIELDS`: equal for runs that computed the
+    same numbers however they were computed (side by side, with shared rounds, another time)."""
+    return json.dumps([{k: v for k, v in r.items() if k not in EXECUTION_FIELDS} for r in results], sort_keys=True,
+                      default=str)
 
 
 def store_key(c: Mapping[str, Any]) -> dict[str, Any]:
