@@ -74,10 +74,12 @@ RAISING_NOTEBOOK = "raises.ipynb"
 
 
 def _raising_notebook():
-    """Three cells: a warning (stderr that is not an error), a ValueError, and a cell that Run All never reaches."""
+    """A heading, then three code cells: a warning (stderr that is not an error), a ValueError, and a cell that Run All
+    never reaches."""
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nb.cells = [nbformat.v4.new_code_cell("import warnings\nwarnings.warn('only a warning')"),
+    nb.cells = [nbformat.v4.new_markdown_cell("# A notebook that raises"),
+                nbformat.v4.new_code_cell("import warnings\nwarnings.warn('only a warning')"),
                 nbformat.v4.new_code_cell("raise ValueError('raised on purpose')"),
                 nbformat.v4.new_code_cell("print('never reached')")]
     return nb
@@ -108,7 +110,8 @@ def jupyterlab(tmp_path_factory):
 # an error output: JupyterLab renders a traceback as stderr text (a warning is stderr too, without "Traceback")
 ERROR_OUTPUT_JS = ("[...document.querySelectorAll(\".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']\")]"
                    ".map(e => e.innerText).filter(t => t.includes('Traceback'))")
-PROMPTS_JS = "[...document.querySelectorAll('.jp-Notebook .jp-InputPrompt')].map(p => p.innerText.trim())"
+# the code cells' prompts ("[ ]:", "[*]:", "[3]:"); a markdown cell's is empty, so it is left out
+PROMPTS_JS = "[...document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt')].map(p => p.innerText.trim())"
 
 
 def _lab_state(page, log: Path) -> str:
