@@ -25,7 +25,7 @@ TORCH := 2.13.0
 # the package and its extras into an environment: $(1) its python, $(2) more pip arguments. After torch, uv installs
 # the rest (it is one of the pinned packages: uv pip resolves and installs the same versions in about 15 s where pip
 # takes 2-3 minutes of the set-up); where uv fails, pip does it. --compile-bytecode: uv, unlike pip, writes no .pyc
-# files, and where PYTHONDONTWRITEBYTECODE is set (as on the CI machines) Python never writes them either, so every
+# files, and where PYTHONDONTWRITEBYTECODE is set (as on these 2-core VMs) Python never writes them either, so every
 # kernel and test process compiled pandas, SciPy, POT, papermill... from source at each import (docs/performance.md
 # § Compiled bytecode: 9-12 s against 4-5 s for a notebook's imports; about 27 s more set-up, once)
 define install_env
