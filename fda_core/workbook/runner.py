@@ -20,7 +20,7 @@ from typing import Any
 
 from .discovery import repo_root
 from .staging import Staging, failed_outputs_path, plan_staging
-from .watchdog import DEFAULT_STALL_TIMEOUT, ENGINE_NAME, KernelStallError
+from .stalls import DEFAULT_STALL_TIMEOUT, ENGINE_NAME, KernelStallError
 
 __all__ = ["DEFAULT_KERNEL", "DEFAULT_STALL_TIMEOUT", "ExecutionResult", "failed_path", "failed_outputs_path", "execute"]
 
@@ -159,6 +159,8 @@ def execute(
     """
     import papermill
     from papermill.exceptions import PapermillExecutionError
+
+    from . import watchdog  # noqa: F401  (registers the "fda" engine; imported here, not at the top: .stalls)
 
     src = Path(notebook).resolve()
     dst = Path(output).resolve()

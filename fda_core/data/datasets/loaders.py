@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .packaged import FASHION_ALL_FILES, resolve_data_root
+from ..packaged import FASHION_ALL_FILES, resolve_data_root
 
 
 def mnist_5k() -> tuple[Tensor, Tensor]:

