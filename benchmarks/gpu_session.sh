@@ -35,8 +35,13 @@ OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 STORE=${STORE:-.gpustore}; mkdir -p "$STORE"
 export PYTHONUNBUFFERED=1
 if [ -d .whl ]; then
+  # pip's own compilation is one process; compileall -j 0 compiles the bytecode on every core instead (a fresh
+  # machine each lease: without .pyc files every kernel and worker process would compile pandas, SciPy, POT... at
+  # import where PYTHONDONTWRITEBYTECODE is set, as on the 2-core VMs: docs/performance.md § Compiled bytecode)
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     || { echo "wheel install failed"; exit 1; }
+  t0=$(date +%s); python3 -m compileall -q -j 0 /tmp/site > /dev/null 2>&1; rc=$?
+  echo "bytecode of /tmp/site compiled in $(( $(date +%s) - t0 )) s (compileall rc=$rc)"
   export PYTHONPATH=/tmp/site:$PWD
 else
   export PYTHONPATH=$PWD
