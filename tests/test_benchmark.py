@@ -353,3 +353,26 @@ def test_shared_rounds_benchmark_smoke():
     taken = out["shared_rounds"]
     assert taken["Finetune_Offline (seed 0)"] == 3 and taken["Source only (seed 0)"] == 0
     assert taken["FedGP (cosine) (seed 0)"] == 1 and taken["Oracle (seed 0)"] == 0
+
+
+def test_gpu_session_notebook_steps_pass_valid_parameters(tmp_path, capsys):
+    """Every `fda run` step of benchmarks/gpu_session.sh names parameters its notebook declares, with values in their
+    ranges (`fda run --dry-run`): a device lease is 15 minutes, and a renamed or narrowed parameter would otherwise
+    be found only there, as a failed step."""
+    import re
+    import shlex
+
+    from fda_core.workbook.cli import main
+
+    script = (ROOT / "benchmarks" / "gpu_session.sh").read_text()
+    values = {'"$STORE"': ".gpustore", '"$(workers)"': "8", '"${BATCHING:-auto}"': "auto"}
+    steps = re.findall(r"^\s*(\w+)\) step \S+ \S+ python3 -m fda_core (run .*?) ;;$", script, flags=re.M)
+    assert {name for name, _ in steps} >= {"nb02", "nb04p", "nb05p", "nb06p", "nb07p", "nb08p", "nb04full", "nb05full"}
+    for name, command in steps:
+        for variable, value in values.items():
+            command = command.replace(variable, value)
+        assert "$" not in command, f"{name}: unexpanded variable in {command}"
+        argv = shlex.split(command)
+        argv[argv.index("--out") + 1] = str(tmp_path / "executed")
+        assert main([*argv, "--dry-run"]) == 0, f"step {name}: {capsys.readouterr().err}"
+        capsys.readouterr()
