@@ -12,7 +12,7 @@ counts move the last digits of CPU results), so the kernels here get ``OMP_NUM_T
 Byte identity also needs the same floating-point kernels: MKL and oneDNN pick their code path by the CPU's
 instruction set, and a CPU of another family gives other last digits. Each folder of committed figures records the
 fingerprint of the kernels that made it (``float_kernels.txt``, written by ``fda run``; a folder without one comes
-from the machine of notebook 01's committed σ², :data:`fda_core.workbook.float_kernels.LEGACY_FINGERPRINT`). The
+from the machine of the first committed figures, :data:`fda_core.workbook.float_kernels.LEGACY_FINGERPRINT`). The
 guard computes this machine's fingerprint once (five seconds) and compares a notebook byte for byte where it
 matches that notebook's, and skips it, naming both, elsewhere: so figures regenerated on one kind of machine are
 checked on that kind, and the others' on theirs.
@@ -26,7 +26,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 #: notebooks whose default run takes seven minutes or less on the 2-core CI machine (one thread each: 01 ≈ 50 s,
-#: 04 ≈ 6–7 min, the papers' Table 1, the baselines and the reference-budget check, 07 ≈ 70 s, 09 ≈ 30 s; 07 took 228 s on a slower VM of 2026-11-27), with a
+#: 04 ≈ 6–7 min, the papers' Table 1, the baselines and the reference-budget check, 07 ≈ 70 s, 09 ≈ 30 s; 07 took 228 s
+#: on a slower VM of 2026-11-27; on the AMD EPYC kind 01 and 09 133 s together, 07 about 4 min, 04 about 11 min), with a
 #: package each needs (skipped, naming it, when it is missing)
 CHEAP = {"01_delta_errors": None, "04_real_data": None, "07_auxiliary_tasks": None, "09_flower": "flwr"}
 

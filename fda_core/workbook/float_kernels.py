@@ -28,7 +28,8 @@ FINGERPRINT_FILE = "float_kernels.txt"
 PROBE_SETTINGS = {"real_pool": 2500, "real_rotation": 45.0, "real_n_target": 32, "seed": 0}
 
 #: the fingerprint of the machine that made the committed figures before fingerprints were recorded (notebook
-#: 01's committed σ² of the real digits): a folder without :data:`FINGERPRINT_FILE` is taken to come from it
+#: 01's σ² of the real digits as committed until 2026-11-29, when notebook 01 was regenerated on the AMD EPYC kind
+#: with its file): a folder without :data:`FINGERPRINT_FILE` is taken to come from it
 LEGACY_FINGERPRINT = "0.21272190437962185"
 
 
