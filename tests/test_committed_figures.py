@@ -25,9 +25,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: notebooks whose default run takes seven minutes or less on the 2-core CI machine (one thread each: 01 ≈ 50 s,
+#: notebooks whose default run CI can afford (one thread each, on the 2-core VM of 2026-11-25: 01 ≈ 50 s,
 #: 04 ≈ 6–7 min, the papers' Table 1, the baselines and the reference-budget check, 07 ≈ 70 s, 09 ≈ 30 s; 07 took 228 s
-#: on a slower VM of 2026-11-27; on the AMD EPYC kind 01 and 09 133 s together, 07 about 4 min, 04 about 11 min), with a
+#: on a slower VM of 2026-11-27; on the AMD EPYC kind 01 and 09 133 s together, 07 about 4 min, 04 16.3 min alone), with a
 #: package each needs (skipped, naming it, when it is missing)
 CHEAP = {"01_delta_errors": None, "04_real_data": None, "07_auxiliary_tasks": None, "09_flower": "flwr"}
 
