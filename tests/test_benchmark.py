@@ -355,14 +355,12 @@ def test_shared_rounds_benchmark_smoke():
     assert taken["FedGP (cosine) (seed 0)"] == 1 and taken["Oracle (seed 0)"] == 0
 
 
-def test_gpu_session_notebook_steps_pass_valid_parameters(tmp_path, capsys):
+def test_gpu_session_notebook_steps_pass_valid_parameters(fda_dry_run):
     """Every `fda run` step of benchmarks/gpu_session.sh names parameters its notebook declares, with values in their
     ranges (`fda run --dry-run`): a device lease is 15 minutes, and a renamed or narrowed parameter would otherwise
     be found only there, as a failed step."""
     import re
     import shlex
-
-    from fda_core.workbook.cli import main
 
     script = (ROOT / "benchmarks" / "gpu_session.sh").read_text()
     values = {'"$STORE"': ".gpustore", '"$(workers)"': "8", '"${BATCHING:-auto}"': "auto"}
@@ -372,7 +370,5 @@ def test_gpu_session_notebook_steps_pass_valid_parameters(tmp_path, capsys):
         for variable, value in values.items():
             command = command.replace(variable, value)
         assert "$" not in command, f"{name}: unexpanded variable in {command}"
-        argv = shlex.split(command)
-        argv[argv.index("--out") + 1] = str(tmp_path / "executed")
-        assert main([*argv, "--dry-run"]) == 0, f"step {name}: {capsys.readouterr().err}"
-        capsys.readouterr()
+        code, err = fda_dry_run(shlex.split(command))
+        assert code == 0, f"step {name}: {err}"

@@ -93,22 +93,20 @@ def test_default_run_reproduces_the_committed_csvs(stem, tmp_path, this_machines
                        f"regenerate with `fda run {stem[:2]}` (one thread: OMP_NUM_THREADS=1) and commit them")
 
 
-def test_the_commands_named_for_extra_files_and_the_guard_parameters_are_valid(tmp_path, capsys):
+def test_the_commands_named_for_extra_files_and_the_guard_parameters_are_valid(fda_dry_run):
     """Each command :data:`EXTRA` names for a committed file runs its notebook with parameters it declares, in their
     ranges (``fda run --dry-run``), and :data:`PARAMS` names declared parameters only: a renamed parameter would
     otherwise show only when someone regenerates the file, or when the guard runs on the kind that made it."""
     import shlex
 
-    from fda_core.workbook.cli import main
     from fda_core.workbook.discovery import resolve_notebook
 
     for stem, files in EXTRA.items():
         for name, command in files.items():
             argv = shlex.split(command)
             assert argv[:2] == ["fda", "run"] and resolve_notebook(argv[2]).stem == stem, (name, command)
-            code = main([*argv[1:], "--out", str(tmp_path / "executed"), "--dry-run"])
-            assert code == 0, f"{name}: `{command}` is refused: {capsys.readouterr().err}"
-            capsys.readouterr()
+            code, err = fda_dry_run(argv[1:])
+            assert code == 0, f"{name}: `{command}` is refused: {err}"
     for stem, params in PARAMS.items():
         declared = pm.inspect_notebook(str(ROOT / "notebooks" / f"{stem}.ipynb"))
         assert set(params) <= set(declared), (stem, sorted(set(params) - set(declared)))
