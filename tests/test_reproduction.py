@@ -4,6 +4,8 @@ import math
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fda_core.experiments.methods import paper_label
 from fda_core.workbook import reproduction
@@ -30,16 +32,21 @@ def _write_runs(path, rows, note="same for every run: rounds=8, source_lr=0.01, 
     path.write_text(f"# {note}\n" + pd.DataFrame(rows).to_csv(index=False))
 
 
-def test_verdicts_from_per_run_files(tmp_path):
-    """Paper Table 4 at noise 0.4: FedDA 58.6, FedGP (no filter) 69.51, FedGP 71.09. Ours: FedDA around 58.6
-    (within noise), FedGP (cosine) far above but still the best (same ordering), FedGP (no filter) above
-    FedGP (differs: ranks swap)."""
+def _write_table_4_runs(root):
+    """Ours at noise 0.4, three trials: FedDA 57/60/59, FedGP (no filter) 90/92/91, FedGP (cosine) 80/82/81."""
     rows = []
     for trial, (da, nf, gp) in enumerate([(57.0, 90.0, 80.0), (60.0, 92.0, 82.0), (59.0, 91.0, 81.0)]):
         rows += [{"method": "FedDA", "trial": trial, "noise_std": 0.4, "final_acc": da},
                  {"method": "FedGP (no filter)", "trial": trial, "noise_std": 0.4, "final_acc": nf},
                  {"method": "FedGP (cosine)", "trial": trial, "noise_std": 0.4, "final_acc": gp}]
-    _write_runs(tmp_path / "05_semi_synthetic" / "projection_filtering.csv", rows)
+    _write_runs(root / "05_semi_synthetic" / "projection_filtering.csv", rows)
+
+
+def test_verdicts_from_per_run_files(tmp_path):
+    """Paper Table 4 at noise 0.4: FedDA 58.6, FedGP (no filter) 69.51, FedGP 71.09. Ours: FedDA around 58.6
+    (within noise), FedGP (cosine) far above but still the best (same ordering), FedGP (no filter) above
+    FedGP (differs: ranks swap)."""
+    _write_table_4_runs(tmp_path)
     table = reproduction_table(tmp_path)
     assert set(table["table"]) == {"Table 4 (projection and filtering)"}
     by = table.set_index("method")
@@ -169,7 +176,8 @@ def test_write_and_readme(tmp_path):
     assert (tmp_path / "reproduction.csv").read_text() == text and again.equals(table)  # byte-identical
     readme = tmp_path / "README.md"
     readme.write_text(f"intro\n{reproduction.README_BEGIN}\nold\n{reproduction.README_END}\nrest\n")
-    assert update_readme(readme, table) and "| FedGP | Table 4" in readme.read_text() and "old" not in readme.read_text()
+    assert update_readme(readme, table) and "| FedGP | Table 4" in readme.read_text()
+    assert "\nold\n" not in readme.read_text()  # the section's old text is gone ("threshold" holds "old")
     assert not update_readme(readme, table)
     readme.write_text("no markers")
     with pytest.raises(ValueError, match="markers"):
@@ -250,3 +258,82 @@ def test_inb_order_rows(tmp_path):
     assert table.loc["AEINB", "verdict"] == "differs" and table.loc["AEINB", "reason"]
     assert (table.loc["IndAEINB", "rank_ours"], table.loc["IndAEINB", "rank_paper"]) == (2, 1)
     assert "28.50" in table.loc["AEINB", "setting_difference"]
+
+
+def test_margins_hand_computed(tmp_path):
+    """The Table 4 case of test_verdicts_from_per_run_files (paper at noise 0.4: FedDA 58.6, FedGP (no filter)
+    69.51, FedGP 71.09; ours FedDA 57/60/59, FedGP (cosine) 80/82/81, no filter 90/92/91), margins by hand:
+
+    * FedDA, within noise: the paper's 58.6 lies ci − |mean − 58.6| inside our interval's nearer end;
+    * FedGP, differs (ours 2nd, paper 1st): reaching the paper's interval takes 81 − (71.09 + ci) = 7.43; passing
+      FedDA's 58.67 only makes it 3rd (still differs), so that boundary does not count; passing no filter's 91
+      makes it 1st (same ordering), 10 away;
+    * FedGP (no filter), differs (ours 1st, paper 2nd): falling below FedGP's 81 makes it 2nd: 10; the
+      paper's interval is 91 − (69.51 + ci) = 19.0 away."""
+    _write_table_4_runs(tmp_path)
+    by = reproduction_table(tmp_path).set_index("method")
+    assert by.loc["FedDA", "margin"] == round(ci95([57, 60, 59]) - abs(176 / 3 - 58.6), 2)  # 3.73
+    assert by.loc["FedGP", "margin"] == round(81 - (71.09 + ci95([80, 82, 81])), 2)  # 7.43
+    assert by.loc["FedGP (no filter)", "margin"] == 10.0
+    # FedDA: 3.73 against √(se² + (ci/2)²) = 2.09; the others: 7.43 and 10 against se = 0.58 and the interval's 1.41
+    assert not by["close_to_threshold"].any()
+
+
+def test_close_uses_the_uncertainty_of_the_interval_too():
+    """docs/reproduction.md § How firm a verdict is: the Oracle on ColoredMNIST +80 % on the AVX-512 kind, 72.07 ±
+    5.38 (3 seeds) against the paper's 80.32, is 2.87 points outside the interval's end: more than the mean's
+    standard error (5.38 / t(0.975, 2) = 1.25) but less than √(1.25² + (5.38 / 2)²) = 2.97, the standard deviation
+    of half-width − |mean − paper|; on the AMD kind it was within noise."""
+    t2 = 4.302653
+    assert reproduction.is_close(2.87, math.nan, 5.38, 3)
+    assert not reproduction.is_close(math.nan, 2.87, 5.38, 3)  # the same margin to another method's mean: not close
+    assert not reproduction.is_close(2.98, math.nan, 5.38, 3)
+    assert reproduction.is_close(math.nan, 5.38 / t2 - 0.01, 5.38, 3) and not reproduction.is_close(
+        math.nan, 5.38 / t2 + 0.01, 5.38, 3)
+    # one trial: only the fixed threshold (CLOSE_MARGIN = 1 unit)
+    assert reproduction.is_close(math.nan, 0.99, math.nan, 1) and not reproduction.is_close(math.nan, 1.0, math.nan, 1)
+    assert not reproduction.is_close(math.inf, math.inf, 5.38, 3)
+
+
+def test_ties_a_lone_method_and_the_written_columns(tmp_path):
+    """Two methods at the same mean: margin 0, close; a method alone in its column with one trial: no move of
+    its mean changes its verdict (margin inf, not close). The written CSV keeps both columns, and the README's
+    summary counts the close rows."""
+    rows = [{"method": m, "trial": 0, "target": "+90%", "final_acc": acc, "last5_acc": acc}
+            for m, acc in (("Source only", 60.0), ("FedGP (cosine)", 80.0), ("Target only", 80.0))]
+    rows.append({"method": "FedGP (cosine)", "trial": 0, "target": "+80%", "final_acc": 70.0, "last5_acc": 70.0})
+    _write_runs(tmp_path / "04_real_data" / "coloredmnist_accuracy.csv", rows)
+    write_reproduction(tmp_path)
+    table = pd.read_csv(tmp_path / "reproduction.csv", comment="#").set_index(["setting", "method"])
+    assert table.loc[("target +90%", "FedGP"), "margin"] == 0 and table.loc[("target +90%", "FedGP"), "close_to_threshold"]
+    assert table.loc[("target +90%", "Source only"), "margin"] == 20
+    alone = table.loc[("target +80%", "FedGP")]
+    assert alone["margin"] == math.inf and not alone["close_to_threshold"]
+    assert table["close_to_threshold"].dtype == bool
+    close = int(table["close_to_threshold"].sum())
+    assert close == 2 and markdown_table(table.reset_index()).splitlines()[2].endswith(f"| {close} |")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-100, 100).map(lambda i: i / 2), min_size=1, max_size=6, unique=True),
+       st.lists(st.sampled_from("abc"), min_size=7, max_size=7), st.floats(-60, 60, allow_nan=False))
+def test_verdict_margin_is_the_distance_to_the_first_change(bounds, labels, value):
+    """A verdict constant between sorted boundaries (arbitrary labels per segment, repeats allowed; boundaries at
+    least 0.5 apart, wider than the probes): within the margin the verdict never changes, and it does change at or
+    just past the margin (on one side)."""
+    cuts = sorted(bounds)
+
+    def verdict_at(x):
+        return labels[sum(1 for c in cuts if x > c)]
+
+    margin = reproduction.verdict_margin(value, verdict_at, bounds)
+    here = verdict_at(value)
+    probes = [value + d for d in (-100, -10, -1, -0.1, 0.1, 1, 10, 100)] + [c + e for c in cuts for e in (-1e-6, 0, 1e-6)]
+    for x in probes:  # nothing changes strictly inside the margin (less a rounding tolerance)
+        if abs(x - value) < margin - 1e-6:
+            assert verdict_at(x) == here, (x, margin)
+    if math.isinf(margin):
+        assert all(verdict_at(x) == here for x in probes)
+    else:
+        ends = [value + s * margin for s in (1, -1)]
+        assert any(verdict_at(e + s * 1e-6) != here or verdict_at(e) != here for e in ends for s in (1, -1))

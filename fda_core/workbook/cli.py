@@ -522,7 +522,8 @@ def _cmd_reproduction(args: argparse.Namespace, out: TextIO, err: TextIO) -> int
         raise NotebookError(f"--figures {figures}: no such directory")
     table = write_reproduction(figures)
     counts = table["verdict"].value_counts().to_dict()
-    print(f"wrote {figures / 'reproduction.csv'}: {len(table)} rows, {counts}", file=out)
+    close = int(table["close_to_threshold"].sum())
+    print(f"wrote {figures / 'reproduction.csv'}: {len(table)} rows, {counts}; {close} close to a threshold", file=out)
     if args.readme:
         changed = update_readme(repo_root() / "README.md", table)
         print("README.md reproduction summary " + ("updated" if changed else "unchanged"), file=out)
