@@ -631,3 +631,50 @@ def test_reproduction_doc_quotes_the_fedda_eta0_run_at_the_paper_budget():
     mine = report[report["table"] == "Fig. 3 / Table 7 (label shift at eta 0, the paper's 50 rounds and 5 seeds)"]
     assert len(mine) == 3 and (mine["rank_ours"] == mine["rank_paper"]).all()
     says(flat, f"({int((mine['verdict'] == 'same ordering').sum())} of 3 rows \"same ordering\")")
+
+
+#: The commit whose notebook-04 result files were the AVX-512 kind's (replaced on the AMD kind by ed627ea).
+_AVX512_NOTEBOOK_04 = "1c9c629"
+
+
+def test_reproduction_doc_quotes_the_verdicts_that_moved_between_cpu_kinds(tmp_path):
+    """docs/reproduction.md § How firm a verdict is: the report built from notebook 04's files as committed at
+    1c9c629 (AVX-512 kind) flags the two Table 1 verdicts that changed on the AMD kind, among 18 of 48 rows;
+    every number of that paragraph is read from those files (git history) and the committed ones."""
+    import subprocess
+
+    from fda_core.workbook.reproduction import reproduction_table
+
+    old_root = tmp_path / "figures"
+    for name in ("coloredmnist_accuracy.csv", "coloredmnist_baselines.csv"):
+        try:
+            text = subprocess.run(["git", "-C", str(ROOT), "show", f"{_AVX512_NOTEBOOK_04}:figures/04_real_data/{name}"],
+                                  capture_output=True, text=True, check=True, timeout=60).stdout
+        except (OSError, subprocess.CalledProcessError) as exc:
+            pytest.skip(f"the git history at {_AVX512_NOTEBOOK_04} is not here: {exc}")
+        (old_root / "04_real_data").mkdir(parents=True, exist_ok=True)
+        (old_root / "04_real_data" / name).write_text(text)
+    key = ["table", "setting", "method"]
+    old = reproduction_table(old_root).set_index(key)
+    new = _csv(FIGURES / "reproduction.csv").set_index(key).loc[old.index]
+    moved = old.index[old["verdict"] != new["verdict"]]
+    assert sorted(m[1:] for m in moved) == [("target +80%", "Oracle"), ("target +90%", "FedDA")]
+    assert old.loc[moved, "close_to_threshold"].all()
+    flat = " ".join((ROOT / "docs" / "reproduction.md").read_text(encoding="utf-8").split())
+    says(flat, f"Between the two, {len(moved)} of the {len(old)} verdicts of Table 1 and its personalisation baselines "
+               f"changed, and the AVX-512 kind's files flag both, among {int(old['close_to_threshold'].sum())} of "
+               f"their {len(old)} rows")
+    table_1 = "Table 1 (ColoredMNIST)"
+    fedda, oracle = old.loc[(table_1, "target +90%", "FedDA")], old.loc[(table_1, "target +80%", "Oracle")]
+    oracle_90 = old.loc[(table_1, "target +90%", "Oracle")]
+    says(flat, f'FedDA on +90 %, "{fedda.verdict}" at a margin of {fedda.margin:.2f} (its mean {fedda.ours_mean:.2f} '
+               f"against the Oracle's {oracle_90.ours_mean:.2f}), \"{new.loc[(table_1, 'target +90%', 'FedDA'), 'verdict']}\"")
+    now = new.loc[(table_1, "target +80%", "Oracle")]
+    says(flat, f'the Oracle on +80 %, "{oracle.verdict}" at a margin of {oracle.margin:.2f} ({oracle.ours_mean:.2f} ± '
+               f"{oracle.ours_ci95:.2f} against the paper's {oracle.paper_value:.2f}), \"{now.verdict}\" on the AMD kind "
+               f"({now.ours_mean:.2f} ± {now.ours_ci95:.2f})")
+    from scipy import stats
+
+    se = oracle.ours_ci95 / stats.t.ppf(0.975, oracle.trials - 1)
+    says(flat, f"Only the half-width's own uncertainty ({(se ** 2 + oracle.ours_ci95 ** 2 / 4) ** 0.5:.2f} points "
+               f"here) flags this row; the standard error of the mean ({se:.2f}) would not")
