@@ -69,11 +69,14 @@ def auto_chunk_size(n_points: int, device: str | torch.device = "cpu", dtype: to
     """Trainings per chunk so that one (chunk, 100, n) activation tensor takes ``budget_bytes``.
 
     Default budgets: 8 MiB on the CPU (10 trainings per chunk at n = 2000, 4 at n = 5000) and 1 GiB on
-    CUDA (as many trainings at once as possible; the peak use is ≈ 4 such tensors). Measured on the
-    2-core CI machine (ms per training-step, ``benchmarks/phase_diagram.py``): n = 2000 — chunk 1: 1.00,
+    CUDA (as many trainings at once as possible; the peak use is ≈ 4 such tensors). Measured on the first
+    2-core VM (ms per training-step, ``benchmarks/phase_diagram.py``, 2 threads): n = 2000 — chunk 1: 1.00,
     4: 0.63, 8: 0.60, 16: 0.59, 32: 0.65, 64: 0.65; n = 5000 — chunk 2: 1.47, 4: 1.38, 8: 1.37, 16: 1.50,
-    32: 1.67. One at a time pays the per-step Python and aggregation overhead; large chunks stream their
-    (chunk, 100, n) activations through memory several times per step instead of through the caches.
+    32: 1.67. Again on the AMD EPYC kind that CI runs on (2026-11-30, the same way): n = 2000 — chunk 1:
+    0.82, 4: 0.53, 8: 0.50, 16: 0.51, 32: 0.57, 64: 0.58; n = 5000 — chunk 2: 1.24, 4: 1.23, 8: 1.29,
+    16: 1.39, 32: 1.51: the same budget still lands at or next to the fastest chunk. One at a time pays
+    the per-step Python and aggregation overhead; large chunks stream their (chunk, 100, n) activations
+    through memory several times per step instead of through the caches.
     The CUDA budget is not measured yet (no GPU was available).
     """
     dev = resolve_device(device)
