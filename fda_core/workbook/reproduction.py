@@ -14,8 +14,8 @@ resolved configs, stored in the CSV notes), and a verdict (``docs/reproduction.m
 
 Each row also has a ``margin``: how far our mean would have to move, everything else held, for its verdict to
 change (:func:`verdict_margin`; ``docs/reproduction.md`` § How firm a verdict is). A verdict whose margin is under
-:data:`CLOSE_MARGIN` units or under one standard error of our mean is counted as "close to a threshold": another
-seed, or another CPU's float kernels, could flip it.
+:data:`CLOSE_MARGIN` units, or under one standard deviation of what it measures (:func:`is_close`), is counted as
+"close to a threshold": other seeds, or another CPU's float kernels, could flip it.
 
 :func:`write_reproduction` writes ``figures/reproduction.csv`` atomically and :func:`markdown_table` renders
 the summary shown in the README (``fda reproduction --readme`` rewrites the README's marked section).
@@ -36,8 +36,9 @@ from ..experiments.methods import paper_label
 from ..experiments.paper_numbers import SCRIPTS_TARGET_ONLY, paper_table
 from .reports import STATISTICS
 
-__all__ = ["TableSpec", "TABLES", "VERDICTS", "MIN_TRIALS", "CLOSE_MARGIN", "verdict_margin", "is_close", "reproduction_table", "write_reproduction", "markdown_table",
-           "ci95", "README_BEGIN", "README_END", "update_readme"]
+__all__ = ["TableSpec", "TABLES", "VERDICTS", "MIN_TRIALS", "CLOSE_MARGIN", "verdict_margin", "is_close",
+           "reproduction_table", "write_reproduction", "markdown_table", "ci95", "README_BEGIN", "README_END",
+           "update_readme"]
 
 VERDICTS = ("reproduced within noise", "same ordering", "differs")
 #: Fewest trials for the verdict "reproduced within noise".
