@@ -502,13 +502,15 @@ def write_reproduction(figures_root: str | Path = "figures", out: str | Path | N
 
 
 def markdown_table(table: pd.DataFrame) -> str:
-    """The verdict counts per paper table, and how many of its verdicts are close to a threshold, as Markdown."""
-    lines = ["| Paper | Table / figure | rows | within noise | same ordering | differs | close to a threshold |",
-             "|---|---|---|---|---|---|---|"]
+    """The verdict counts per paper table, how many of its verdicts are close to a threshold and how many rest on
+    one trial (whose noise the report cannot estimate), as Markdown."""
+    lines = ["| Paper | Table / figure | rows | within noise | same ordering | differs | close to a threshold | one trial |",
+             "|---|---|---|---|---|---|---|---|"]
     for (paper, where), g in table.groupby(["paper", "table"], sort=False):
         c = g["verdict"].value_counts()
         lines.append(f"| {paper} | {where} | {len(g)} | {c.get(VERDICTS[0], 0)} | {c.get(VERDICTS[1], 0)} | "
-                     f"{c.get(VERDICTS[2], 0)} | {int(g['close_to_threshold'].astype(bool).sum())} |")
+                     f"{c.get(VERDICTS[2], 0)} | {int(g['close_to_threshold'].astype(bool).sum())} | "
+                     f"{int((g['trials'] == 1).sum())} |")
     return "\n".join(lines)
 
 
