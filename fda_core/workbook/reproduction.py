@@ -318,11 +318,8 @@ def _table_rows(spec: TableSpec, root: Path) -> list[dict]:
             trials = per[(pcol, m)]
             ci = ci95(trials)
             pv = float(paper.loc[m, pcol])
-            verdict = _verdict(trials, ours_mean[m], pv, ci, ours_rank[m] == paper_rank[m])
-            others = [ours_mean[o] for o in methods if o != m]
-            firmness = _firmness(ours_mean[m], lambda x, t=trials, pv=pv, ci=ci, others=others, pr=paper_rank[m]:
-                                 _verdict(t, x, pv, ci, _rank_above(x, others) == pr),
-                                 _noise_bounds(trials.size, pv, ci), others, ci, trials.size)
+            verdict, firmness = _ranked_verdict(trials, ours_mean[m], pv, ci,
+                                                [ours_mean[o] for o in methods if o != m], int(paper_rank[m]))
             rows.append({
                 "paper": spec.paper, "table": spec.where_in_paper, "setting": f"{spec.column or ''} {pcol}".strip(),
                 "method": m, "paper_value": round(pv, 2), "ours_mean": round(ours_mean[m], 2),
@@ -332,6 +329,17 @@ def _table_rows(spec: TableSpec, root: Path) -> list[dict]:
                 "reason": "" if verdict == VERDICTS[0] else spec.reason,
             })
     return rows
+
+
+def _ranked_verdict(trials: np.ndarray, mean: float, paper_value: float, ci: float, others: Sequence[float],
+                    paper_rank: int) -> tuple[str, dict]:
+    """The verdict of a row ranked among ``others`` (the other methods' means of its column, higher is better) and
+    its :func:`_firmness`, both from one verdict function of our mean."""
+    def verdict_at(x: float) -> str:
+        return _verdict(trials, x, paper_value, ci, _rank_above(x, others) == paper_rank)
+
+    return verdict_at(mean), _firmness(mean, verdict_at, _noise_bounds(trials.size, paper_value, ci), others, ci,
+                                       trials.size)
 
 
 def _firmness(value: float, verdict_at: Callable[[float], str], noise_bounds: Sequence[float],
@@ -355,6 +363,7 @@ def _phase_diagram_rows(root: Path) -> list[dict]:
     for _, r in _read(path).iterrows():
         share = float(r["share_same_or_within_noise"])
         verdict_of = lambda x: VERDICTS[1] if x >= 50.0 else VERDICTS[2]  # noqa: E731 (at least half of the cells)
+        verdict = verdict_of(100 * share)
         firmness = _firmness(100 * share, verdict_of, [], [50.0])
         rows.append({
             "paper": "FedGP", "table": "Fig. 5 (phase diagram: theory's best rule vs trained best rule)",
@@ -363,8 +372,8 @@ def _phase_diagram_rows(root: Path) -> list[dict]:
             "trials": int(r["n_trials"]), "rank_ours": np.nan, "rank_paper": np.nan, "n_methods": np.nan,
             "setting_difference": "ours: % of the 81 cells where the rule with the smallest Delta error is the "
                                   "best-trained rule or within trial noise of it; the paper shows the panels only",
-            "verdict": VERDICTS[1] if share >= 0.5 else VERDICTS[2], **firmness,
-            "reason": "" if share >= 0.5 else "fewer than half of the cells agree; see notebook 02",
+            "verdict": verdict, **firmness,
+            "reason": "" if verdict == VERDICTS[1] else "fewer than half of the cells agree; see notebook 02",
         })
     return rows
 
@@ -384,9 +393,11 @@ def _inb_rows(root: Path) -> list[dict]:
         x = g["iterations"].to_numpy(float)
         mean, ci, pv = float(x.mean()), ci95(x), float(paper.loc[variant, 100])
         # no ranking among methods here: "same ordering" = within 5% of the paper's count
-        verdict = _verdict(x, mean, pv, ci, abs(mean - pv) / pv < 0.05)
-        firmness = _firmness(mean, lambda v, x=x, pv=pv, ci=ci: _verdict(x, v, pv, ci, abs(v - pv) / pv < 0.05),
-                             _noise_bounds(x.size, pv, ci), [0.95 * pv, 1.05 * pv], ci, x.size)
+        def verdict_at(v: float, x=x, pv=pv, ci=ci) -> str:
+            return _verdict(x, v, pv, ci, abs(v - pv) / pv < 0.05)
+
+        verdict = verdict_at(mean)
+        firmness = _firmness(mean, verdict_at, _noise_bounds(x.size, pv, ci), [0.95 * pv, 1.05 * pv], ci, x.size)
         rows.append({
             "paper": "Fed INB", "table": "Table 5 (multi-max-K-SW iterations, L10-K10-J100)",
             "setting": f"{run} ({option})", "method": variant, "paper_value": pv,
@@ -422,11 +433,8 @@ def _target_sample_rows(root: Path) -> list[dict]:
         paper_rank = pd.Series(pv).rank(ascending=False, method="min")
         for m in methods:
             ci = ci95(per[m])
-            verdict = _verdict(per[m], ours[m], pv[m], ci, ours_rank[m] == paper_rank[m])
-            others = [ours[o] for o in methods if o != m]
-            firmness = _firmness(ours[m], lambda x, t=per[m], p=pv[m], ci=ci, others=others, pr=paper_rank[m]:
-                                 _verdict(t, x, p, ci, _rank_above(x, others) == pr),
-                                 _noise_bounds(per[m].size, pv[m], ci), others, ci, per[m].size)
+            verdict, firmness = _ranked_verdict(per[m], ours[m], pv[m], ci, [ours[o] for o in methods if o != m],
+                                                int(paper_rank[m]))
             rows.append({
                 "paper": "FedGP", "table": "Table 3 (labelled target samples)",
                 "setting": f"noise_std {float(noise):g}, n_target_labeled {int(n)}", "method": m,
