@@ -157,3 +157,19 @@ def test_committed_table_resolves_relative_folders_under_the_repository() -> Non
     got = committed_table("figures/04_real_data", "reference_budget_check", "fda run 04 -p reference_check true")
     assert got is not None and "Source only" in got.table.index
     assert got.path == Path(__file__).resolve().parent.parent / "figures" / "04_real_data" / "reference_budget_check.csv"
+
+
+def test_a_sweep_reuses_a_run_another_sweep_of_the_notebook_stored(tmp_path):
+    """Notebook 05's ablations repeat runs (Table 3's FedDA at 100 labels is Table 4's at the same noise): a run of
+    the same config and code is computed once, whichever comparison asked first, and gives the same numbers."""
+    store = ResultStore(tmp_path / "results")
+    first = compare_methods(["fedda", "fedgp"], BASE, across="target", targets=["e0"], experiment="05_target_samples",
+                            store=store, progress=False)
+    second = compare_methods(["fedgp", {"fedgp": {"filter": False}}], BASE, across="target", targets=["e0"],
+                             experiment="05_projection", store=store, progress=False)
+    assert "1 run(s) reused from the result store (1 of them stored by another experiment), 1 computed" \
+        in second.store_summary
+    assert second.means.loc["FedGP", "e0"] == first.means.loc["FedGP", "e0"]
+    assert len(list((tmp_path / "results" / "05_projection").glob("*.json"))) == 2  # the folder lists its sweep
+    alone = compare_methods(["fedgp"], BASE, across="target", targets=["e0"], experiment="alone", progress=False)
+    assert alone.means.loc["FedGP", "e0"] == first.means.loc["FedGP", "e0"]  # the same bits as computing it

@@ -96,3 +96,28 @@ def test_object_revision_of_code_outside_the_package():
 
     assert provenance.object_revision(FedGP) == ""  # package code: covered by code_revision
     assert provenance.object_revision(A) and provenance.object_revision(A) != provenance.object_revision(B)
+
+
+def test_a_run_stored_by_another_experiment_is_reused_only_where_asked_and_only_for_its_config(tmp_path):
+    """``any_experiment=True``: the same config and revision under another experiment is reused and copied; another
+    revision, another config of the same file name (a forged hash collision) and the default lookup are not."""
+    store = ResultStore(tmp_path)
+    store.save("05_target_samples", {"rule": "fedda", "seed": 0}, {"acc": 91.6}, revision="r1")
+    assert store.load("05_projection", {"rule": "fedda", "seed": 0}, revision="r1") is None  # default: own folder only
+    assert store.load("05_projection", {"rule": "fedda", "seed": 0}, revision="r2", any_experiment=True) is None
+    got = store.load("05_projection", {"rule": "fedda", "seed": 0}, revision="r1", any_experiment=True)
+    assert got == {"acc": 91.6}
+    copied = store.path("05_projection", {"rule": "fedda", "seed": 0})
+    assert copied.read_text() == store.path("05_target_samples", {"rule": "fedda", "seed": 0}).read_text()
+    assert store.counts["05_projection"] == {"reused": 1, "computed": 0, "stale": 0, "elsewhere": 1}
+    assert "1 run(s) reused from the result store (1 of them stored by another experiment)" in store.summary("05_projection")
+    # read again: now from its own folder, not counted as from elsewhere
+    assert ResultStore(tmp_path).load("05_projection", {"rule": "fedda", "seed": 0}, "r1", any_experiment=True) == got
+    # a file of the same name whose config differs is not the run asked for
+    forged = store.path("05_beta", {"rule": "fedgp", "seed": 1})
+    forged.parent.mkdir(parents=True)
+    forged.write_text(json.dumps({"config": {"rule": "other"}, "revision": "r1", "result": {"acc": 0.0}}))
+    assert store.load("05_source_labels", {"rule": "fedgp", "seed": 1}, "r1", any_experiment=True) is None
+    assert not store.path("05_source_labels", {"rule": "fedgp", "seed": 1}).exists()
+    assert ResultStore(tmp_path, recompute=True).load("05_x", {"rule": "fedda", "seed": 0}, "r1",
+                                                      any_experiment=True) is None

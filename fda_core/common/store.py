@@ -54,23 +54,54 @@ class ResultStore:
 
     def _count(self, experiment: str, what: str, revision: str | None = None) -> None:
         c = self.counts.setdefault(experiment, {"reused": 0, "computed": 0, "stale": 0})
-        c[what] += 1
+        c[what] = c.get(what, 0) + 1  # "elsewhere" (reused from another experiment) only once it happens
         if revision:
             self.revisions.setdefault(experiment, set()).add(revision)
 
-    def load(self, experiment: str, config: dict[str, Any], revision: str | None = None) -> Any | None:
+    def load(self, experiment: str, config: dict[str, Any], revision: str | None = None, *,
+             any_experiment: bool = False) -> Any | None:
         """The stored result of this config, or None when it has not finished yet, was produced by another
         code revision than ``revision`` (stale), or the store was opened with ``recompute=True``.
-        ``revision=None`` accepts any stored revision."""
+        ``revision=None`` accepts any stored revision.
+
+        ``any_experiment=True``: where ``experiment`` does not hold the config yet, a run of the same config and
+        revision stored under another experiment is reused, and copied into ``experiment`` (so that folder lists
+        every run of its sweep). Only for results that the config and the revision determine whatever experiment
+        asked for them, such as the federated loop's runs (two ablations of one notebook often repeat a run: the
+        default FedDA of one is a point of another's sweep); the stored config must equal ``config``, not only its
+        hash."""
         p = self.path(experiment, config)
-        if self.recompute or not p.exists():
+        if self.recompute:
             return None
+        if not p.exists():
+            return self._load_elsewhere(experiment, config, revision, p) if any_experiment else None
         stored = json.loads(p.read_text(encoding="utf-8"))
         if revision is not None and stored.get("revision") != revision:
             self._count(experiment, "stale")
             return None
         self._count(experiment, "reused", stored.get("revision"))
         return stored["result"]
+
+    def _load_elsewhere(self, experiment: str, config: dict[str, Any], revision: str | None, own: Path) -> Any | None:
+        """:meth:`load`'s ``any_experiment``: the first other experiment's run of this very config and revision
+        (experiments in name order), copied to ``own``; None where no other experiment holds it."""
+        wanted = json.dumps(config, sort_keys=True, default=str)
+        for other in sorted(self.root.glob(f"*/{own.name}")):
+            if other.parent.name == experiment:
+                continue
+            try:
+                stored = json.loads(other.read_text(encoding="utf-8"))
+            except (OSError, ValueError):  # unreadable: not a run to reuse
+                continue
+            if revision is not None and stored.get("revision") != revision:
+                continue
+            if json.dumps(stored.get("config"), sort_keys=True, default=str) != wanted or "result" not in stored:
+                continue
+            atomic_write_json(own, stored)
+            self._count(experiment, "reused", stored.get("revision"))
+            self._count(experiment, "elsewhere")
+            return stored["result"]
+        return None
 
     def save(self, experiment: str, config: dict[str, Any], result: Any, revision: str | None = None) -> Path:
         """Store ``result`` (JSON-serialisable) with the config, package versions and code revision, atomically."""
@@ -101,7 +132,8 @@ class ResultStore:
         for name in names:
             c = self.counts.get(name, {"reused": 0, "computed": 0, "stale": 0})
             revs = ", ".join(sorted(self.revisions.get(name, set()))) or "-"
-            line = (f"{name}: {c['reused']} run(s) reused from the result store, {c['computed']} computed "
+            elsewhere = f" ({c['elsewhere']} of them stored by another experiment)" if c.get("elsewhere") else ""
+            line = (f"{name}: {c['reused']} run(s) reused from the result store{elsewhere}, {c['computed']} computed "
                     f"(code revision {revs})")
             if c["stale"]:
                 line += f"; {c['stale']} stored run(s) of other code revisions recomputed"

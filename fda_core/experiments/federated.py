@@ -786,7 +786,8 @@ def run_many(configs: Iterable[Mapping[str, Any]], *, store: Any = None, experim
              share_rounds: bool = True) -> list[dict[str, Any]]:
     """Run every config (skipping those already in ``store``, a :class:`fda_core.common.store.ResultStore`
     or a folder), saving each finished run atomically, so an interrupted sweep resumes where it stopped.
-    A stored run is reused only when the code it ran is unchanged (:func:`code_revision_of`); ``store``'s
+    A stored run is reused only when the code it ran is unchanged (:func:`code_revision_of`), whichever experiment
+    stored it (a run is its config and its code: it is copied into ``experiment``'s folder); ``store``'s
     ``summary()`` says how many runs were reused, from which revision, and how many were computed.
 
     ``labels`` (one mapping per config, e.g. {"method": "FedGP"}) are attached to each returned result
@@ -824,8 +825,9 @@ def run_many(configs: Iterable[Mapping[str, Any]], *, store: Any = None, experim
                       label=f"run {i + 1} of {len(resolved)} of {experiment!r} (rule {c['rule']!r}, dataset "
                             f"{c['dataset']!r}, target {c['target']!r}, seed {c['seed']})")
             for i, c in enumerate(resolved)]
-    # stored runs are reused; a config repeating one to compute is computed once and read back from the store
-    found, to_compute, repeats = look_up(store, experiment, runs)
+    # stored runs are reused, those another experiment stored too (a run is its config and its code, whichever
+    # sweep asked for it); a config repeating one to compute is computed once and read back from the store
+    found, to_compute, repeats = look_up(store, experiment, runs, any_experiment=True)
     check_configs_fit_data([resolved[i] for i in to_compute], [runs[i].label for i in to_compute])
     results: list[dict[str, Any] | None] = [found.get(i) for i in range(len(runs))]
     bar = None

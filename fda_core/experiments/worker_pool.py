@@ -261,9 +261,10 @@ class StoredRun:
     label: str = "a run"
 
 
-def look_up(store: Any, experiment: str, runs: Sequence[StoredRun]) -> tuple[dict[int, Any], list[int],
-                                                                              dict[int, list[int]]]:
-    """Which of ``runs`` the ``store`` holds, under ``experiment``, stored by their revision.
+def look_up(store: Any, experiment: str, runs: Sequence[StoredRun], *, any_experiment: bool = False
+            ) -> tuple[dict[int, Any], list[int], dict[int, list[int]]]:
+    """Which of ``runs`` the ``store`` holds, under ``experiment``, stored by their revision (``any_experiment``:
+    or under another experiment, :meth:`~fda_core.common.store.ResultStore.load`).
 
     Returns ``(found, to_compute, repeats)``: ``found`` maps the index of each stored run to its result; ``to_compute``
     lists, in order, the indices of the runs to compute; ``repeats`` maps each of those to the later indices whose
@@ -284,7 +285,8 @@ def look_up(store: Any, experiment: str, runs: Sequence[StoredRun]) -> tuple[dic
         if h in first_of:
             repeats[first_of[h]].append(i)
             continue
-        result = store.load(experiment, run.key, run.revision)
+        result = (store.load(experiment, run.key, run.revision, any_experiment=True) if any_experiment
+                  else store.load(experiment, run.key, run.revision))
         if result is not None:
             found[i] = result
             continue
