@@ -277,6 +277,14 @@ def test_semi_synthetic_default_sections_show_the_committed_paper_settings_test(
     text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
     assert "no committed faithful_table.csv" in text and "fda run 05 -p sections" in text
     assert not (tmp_path / "figures" / "faithful.csv").exists() and (tmp_path / "figures" / "label_shift.csv").exists()
+    # the committed ablations on full Fashion-MNIST, each table beside the command whose seeds its run file holds
+    fashion = ROOT / "figures" / "05_semi_synthetic" / "fashion_mnist_ablations"
+    for shown, run_file in (("target_samples", "target_samples"), ("projection_filtering_table", "projection_filtering"),
+                            ("source_labels_table", "source_labels")):
+        seeds = sorted(set(pd.read_csv(fashion / f"{run_file}.csv", comment="#")["seed"]))
+        line = next(line for line in text.splitlines() if f"({fashion / shown}.csv)" in line)
+        assert line.startswith("Not run here: the committed results of `fda run 05 -p base fashion_mnist"), line
+        assert f"-p ablation_trials {len(seeds)}` (" in line and seeds == list(range(len(seeds))), (line, seeds)
     # the repository's folder: its committed budget check, table and figure are shown
     params["figures_dir"] = "figures/05_semi_synthetic"
     committed = ROOT / "figures" / "05_semi_synthetic"
