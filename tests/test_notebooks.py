@@ -281,7 +281,7 @@ def test_semi_synthetic_default_sections_show_the_committed_paper_settings_test(
     fashion = ROOT / "figures" / "05_semi_synthetic" / "fashion_mnist_ablations"
     for shown, run_file in (("target_samples", "target_samples"), ("projection_filtering_table", "projection_filtering"),
                             ("source_labels_table", "source_labels")):
-        seeds = sorted(set(pd.read_csv(fashion / f"{run_file}.csv", comment="#")["seed"]))
+        seeds = sorted(set(_read(fashion / f"{run_file}.csv")["seed"]))
         line = next(line for line in text.splitlines() if f"({fashion / shown}.csv)" in line)
         assert line.startswith("Not run here: the committed results of `fda run 05 -p base fashion_mnist"), line
         assert f"-p ablation_trials {len(seeds)}` (" in line and seeds == list(range(len(seeds))), (line, seeds)
