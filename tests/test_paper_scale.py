@@ -57,7 +57,7 @@ def test_the_notebooks_with_a_paper_scale_are_found():
 
 @pytest.mark.parametrize("nb", PAPER_SCALE, ids=lambda p: p.stem)
 def test_paper_scale_settings_are_valid_before_any_work(nb, tmp_path):
-    got = derived(nb, tmp_path, ("target_sample_counts", "pool", "rounds", "trials"), paper_scale=True)
+    got = derived(nb, tmp_path, ("target_sample_counts", "target_sample_noises", "pool", "rounds", "trials"), paper_scale=True)
     if nb.stem in NEEDS_DATA_ROOT:
         assert got.get("error") == "ValueError" and "data_root" in got["message"], got
         return
@@ -66,12 +66,16 @@ def test_paper_scale_settings_are_valid_before_any_work(nb, tmp_path):
         # MNIST-5k: 10 clients of 500 images, half of the target's in its train pool (docs/experiments.md)
         assert got["pool"] == 250
         assert got["target_sample_counts"] == [100, 200] and (got["rounds"], got["trials"]) == (50, 5)
+        assert got["target_sample_noises"] == [0.2, 0.4, 0.6]  # Table 3's three noise levels
 
 
 def test_notebook_05_refuses_counts_above_the_pool_by_name(tmp_path):
     nb = ROOT / "notebooks" / "05_semi_synthetic.ipynb"
     got = derived(nb, tmp_path, target_sample_counts=[25, 251])
     assert got["error"] == "ValueError" and "target_sample_counts" in got["message"] and "250" in got["message"], got
+    for noises in ([0.4, -0.2], []):
+        got = derived(nb, tmp_path, target_sample_noises=noises)
+        assert got["error"] == "ValueError" and "target_sample_noises" in got["message"], got
     got = derived(nb, tmp_path, n_target_labeled=0)
     assert got["error"] == "ValueError" and "n_target_labeled" in got["message"], got
     got = derived(nb, tmp_path, data_seed="sometimes")

@@ -90,6 +90,37 @@ def test_compare_methods_beside_the_paper_and_bad_plot(tmp_path):
         compare_methods(["fedgpx"], BASE, across="target", experiment="c", progress=False)
 
 
+def test_compare_methods_with_a_panel_tabulates_and_draws_each_value_of_it_apart(tmp_path):
+    """``panel`` (notebook 05's Table 3 at several noise levels): rows (method, panel value), each cell the mean of
+    that group's runs alone; the figure one panel per value; the CSV keeps both row columns; a bar plot with a panel
+    or a panel that is ``across`` is refused, the first before any run."""
+    store = ResultStore(tmp_path / "results")
+    variants = [{"n_target_labeled": n, "labels": {"setting": s}} for n in (3, 24) for s in ("a", "b")]
+    res = compare_methods(["fedda", "fedgp"], {**BASE, "source_lr": 0.05}, across="setting", panel="n_target_labeled", targets=["e0"],
+                          variants=variants, seeds=[0, 1], experiment="p", store=store, out_dir=tmp_path / "fig",
+                          table_name="p_table", figure_name="p_fig", plot="lines", title="Labelled samples",
+                          average=False, progress=False)
+    assert list(res.means.index) == [("FedDA", 3), ("FedDA", 24), ("FedGP", 3), ("FedGP", 24)]
+    assert list(res.means.columns) == ["a", "b"] and len(res.runs) == 16
+    for (method, n), row in res.means.iterrows():
+        for s in ("a", "b"):
+            mine = res.runs[(res.runs["method"] == method) & (res.runs["n_target_labeled"] == n) & (res.runs["setting"] == s)]
+            assert len(mine) == 2 and row[s] == pytest.approx(mine["final_acc"].mean())
+    assert res.means.loc[("FedDA", 3)].tolist() != res.means.loc[("FedDA", 24)].tolist()  # the panels are not pooled
+    axes = res.figure.axes
+    assert [ax.get_title() for ax in axes] == ["n_target_labeled 3", "n_target_labeled 24"]
+    assert res.figure._suptitle.get_text() == "Labelled samples"
+    table = pd.read_csv(tmp_path / "fig" / "p_table.csv", comment="#")
+    assert list(table.columns) == ["method", "n_target_labeled", "a", "b"] and len(table) == 4
+    with pytest.raises(ValueError, match="plot must be 'bars' \\(without panel\\)"):
+        compare_methods(["fedgp"], BASE, across="setting", panel="n_target_labeled", variants=variants, plot="bars",
+                        experiment="q", store=store, progress=False)
+    assert not (tmp_path / "results" / "q").exists()  # refused before any run
+    with pytest.raises(ValueError, match="panel must be a column of the runs other than"):
+        compare_methods(["fedgp"], BASE, across="setting", panel="setting", variants=variants, experiment="p",
+                        store=store, progress=False)
+
+
 def test_compare_methods_statistic_is_a_named_option_stated_in_the_notes(tmp_path):
     """``value`` picks the per-run statistic the table shows (the auto-weighted paper's last-5 mean or the
     final round); the notes say which, and an unknown one is refused before any run."""

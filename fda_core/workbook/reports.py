@@ -109,6 +109,7 @@ def compare_methods(
     seeds: Sequence[int] = (0,),
     variants: Sequence[Mapping[str, Any]] = ({},),
     by: str = "method",
+    panel: str | None = None,
     value: str = "final_acc",
     average: bool = True,
     paper: str | None = None,
@@ -145,6 +146,10 @@ def compare_methods(
         per_method: canonical method name → config keys set in that method's runs (e.g. the reference
             scripts' per-row budgets, :func:`fda_core.experiments.paper_numbers.reference_budgets`).
         by: the table's rows: ``"method"`` (display labels) or another label column (e.g. ``"rule"``).
+        panel: a second config or label column that varies besides ``across`` (e.g. ``"noise_std"`` for FedGP
+            paper Table 3, labelled samples at three noise levels): the table's rows become (``by``, ``panel``)
+            and a ``"lines"`` figure draws one panel per value of it, side by side with a shared y axis. None:
+            the runs must not differ in anything but ``by``, ``across`` and the seed.
         value: the statistic of each run tabulated and plotted: ``"final_acc"`` (target accuracy after the
             last round) or ``"last5_acc"`` (mean over the last 5 rounds, the auto-weighted paper's statistic);
             the CSV notes say which (:data:`STATISTICS`).
@@ -170,14 +175,19 @@ def compare_methods(
     """
     if value not in STATISTICS:
         raise ValueError(f"value must be one of {sorted(STATISTICS)}, got {value!r}")
+    if plot not in ("bars", "lines", None) or (plot == "bars" and panel is not None):
+        raise ValueError(f"plot must be 'bars' (without panel), 'lines' or None, got {plot!r}")
     configs, labels = sweep_configs(base, methods, targets=targets, seeds=seeds, variants=variants, tuned=tuned,
                                     per_method=per_method, data_seed=data_seed)
     if store is not None and not isinstance(store, ResultStore):
         store = ResultStore(store)
     results = run_many(configs, store=store, experiment=experiment, labels=labels, progress=progress, workers=workers)
     runs = results_table(results)
+    if panel is not None and (panel == by or panel == across or panel not in runs):
+        raise ValueError(f"panel must be a column of the runs other than by={by!r} and across={across!r}, got {panel!r}")
     order = _row_order(methods, configs, labels) if by == "method" else None
-    formatted, means, stds = summary_table(runs, by=(by,), across=across, value=value, order=order)
+    rows = (by,) if panel is None else (by, panel)
+    formatted, means, stds = summary_table(runs, by=rows, across=across, value=value, order=order)
     if not average:
         formatted, means, stds = formatted.drop(columns="Avg"), means.drop(columns="Avg"), stds.drop(columns="Avg")
     table = _beside_paper(means, paper, paper_aliases) if paper else means.round(2)
@@ -187,20 +197,30 @@ def compare_methods(
     comparison = Comparison(results, runs, formatted, means, stds, table, note,
                             store_summary=store.summary(experiment) if store is not None else "no result store")
     if plot is not None:
-        fig, ax = plt.subplots(figsize=(9, 3.8) if plot == "bars" else (6.5, 4))
-        if plot == "bars":
-            plot_method_bars(runs, across=across, value=value, methods=order, ax=ax, paper=paper_table(paper) if paper else None)
-        elif plot == "lines":
-            plot_accuracy_vs_shift(runs, across, value=value, methods=order, hue=by, ax=ax, invert=invert_x, log_x=log_x)
+        if panel is None:
+            fig, ax = plt.subplots(figsize=(9, 3.8) if plot == "bars" else (6.5, 4))
+            if plot == "bars":
+                plot_method_bars(runs, across=across, value=value, methods=order, ax=ax,
+                                 paper=paper_table(paper) if paper else None)
+            else:
+                plot_accuracy_vs_shift(runs, across, value=value, methods=order, hue=by, ax=ax, invert=invert_x, log_x=log_x)
+            if title:
+                ax.set_title(title, fontsize=10)
         else:
-            raise ValueError(f"plot must be 'bars', 'lines' or None, got {plot!r}")
-        if title:
-            ax.set_title(title, fontsize=10)
+            values = sorted(set(runs[panel]))
+            fig, axes = plt.subplots(1, len(values), figsize=(4.2 * len(values) + 1, 4), sharey=True, squeeze=False)
+            for ax, v in zip(axes[0], values):
+                plot_accuracy_vs_shift(runs[runs[panel] == v], across, value=value, methods=order, hue=by, ax=ax,
+                                       invert=invert_x, log_x=log_x)
+                ax.set_title(f"{panel} {format_value(v)}", fontsize=10)
+            if title:
+                fig.suptitle(title, fontsize=10)
+            fig.tight_layout()
         comparison.figure = fig
     if out_dir is not None:
         out = Path(out_dir)
         if table_name:
-            comparison.files.append(write_table(out / f"{table_name}.csv", table.reset_index(names=by), note))
+            comparison.files.append(write_table(out / f"{table_name}.csv", table.reset_index(names=list(rows)), note))
         if figure_name and comparison.figure is not None:
             comparison.files += save_figure(comparison.figure, out, figure_name, runs, note)
         if runs_name:
