@@ -770,7 +770,8 @@ def test_reproduction_doc_quotes_the_ablations_on_fashion_mnist():
         says(flat, option)  # the doc's command
         line = next(line for line in cell.splitlines() if line.startswith(f"{command} = "))
         assert option.replace('"', '\\"') in line, line  # the command the notebook prints with the tables
-    says(flat, f"seeds 0–{len(seeds['target_samples']) - 1} of Tables 3 and 4")
+    assert seeds["source_labels"] == seeds["target_samples"], seeds  # the doc states one set of seeds for all three
+    says(flat, f"ours (mean ± 95% half-width over seeds 0–{len(seeds['target_samples']) - 1}) / paper")
     fedgp = pd.concat([r.xs("FedGP", level="method") for r in rows.values()])
     says(flat, f"within {fedgp['gap'].abs().max():.1f} points of it in all {len(fedgp)} of its cells")
     readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
@@ -801,7 +802,14 @@ def test_reproduction_doc_quotes_the_ablations_on_fashion_mnist():
     t5 = rows["Table 5"]
     assert (t5.xs("FedGP", level="method")["rank_ours"] == 1).all()
     assert (t5.xs("FedGP", level="method")["rank_paper"] == 1).sum() == 3
-    says(flat, "first of the six rows at every k of Table 5 (the paper: at three of the four)")
+    says(flat, "first of the six rows at every k of Table 5 by its mean (the paper: at three of the four)")
+    per_seed = runs["source_labels"].pivot_table(index=["source_labels", "seed"], columns="method", values="final_acc")
+    best = per_seed.idxmax(axis=1) == "FedGP (cosine)"
+    fedgp_5 = per_seed["FedGP (cosine)"].unstack("seed")
+    assert (fedgp_5[1] < fedgp_5[[0, 2]].min(axis=1)).all()
+    assert set(best[~best].index.get_level_values("seed")) == {1}
+    says(flat, f"Seed 1 puts FedGP under its other two seeds at every k of Table 5 too, and FedGP is the best of the "
+               f"six rows in {best.sum()} of Table 5's {len(best)} pairs of k and seed (the other three are seed 1's)")
     fedda = rows["Table 4"].xs("FedDA", level="method")["gap"]
     says(flat, f"FedDA's means lie within {fedda.abs().max():.1f} points of the paper at every noise")
     no_filter = (t4["FedGP (no filter)"] >= t4["FedGP"]).sum()
@@ -813,16 +821,23 @@ def test_reproduction_doc_quotes_the_ablations_on_fashion_mnist():
     says(flat, f"Source only {gaps['Source only'].max():.1f} points above it with "
                f"{gaps['Source only'].idxmax().split()[-1]} classes per source, Finetune_Offline "
                f"{-gaps['Finetune_Offline'].min():.1f} under with {gaps['Finetune_Offline'].idxmin().split()[-1]}")
-    fine = runs["source_labels"][runs["source_labels"]["method"] == "Finetune_Offline"].groupby("source_labels")[
-        ["final_acc", "last5_acc"]].mean()
-    swing = (fine["final_acc"] - fine["last5_acc"]).abs()
-    k = swing.idxmax()
-    says(flat, f"Finetune_Offline's last evaluation differs from the mean of its last five by up to {swing.max():.1f} "
-               f"points ({fine.loc[k, 'final_acc']:.1f} against {fine.loc[k, 'last5_acc']:.1f} with {k} classes)")
-    assert (rows["Table 5"]["trials"] == 1).all()
-    table_5 = rows["Table 5"]["verdict"].value_counts()
-    says(flat, f"all {len(t34)} of Tables 3 and 4 \"reproduced within noise\" with three seeds, and "
-               f"{table_5.get('same ordering', 0)} of Table 5's {len(rows['Table 5'])} \"same ordering\" with one seed")
+    spread = per_seed.groupby("source_labels").agg(lambda v: v.max() - v.min())  # over the seeds, per k and row
+    assert spread.stack().idxmax()[1] == "Finetune_Offline"  # the widest spread of the table
+    assert set(spread.max().nlargest(2).index) == {"Source only", "Finetune_Offline"}  # "they spread the most"
+    assert (t5.loc[["Source only", "Finetune_Offline"], "ours_ci95"] >= 9).all()  # "that wide"
+    k = spread["Finetune_Offline"].idxmax()
+    scores = ", ".join(f"{v:.1f}" for v in per_seed.loc[k, "Finetune_Offline"].iloc[:-1])
+    says(flat, f"Finetune_Offline with {k} classes per source scores {scores} and "
+               f"{per_seed.loc[k, 'Finetune_Offline'].iloc[-1]:.1f} at seeds 0, 1 and 2")
+    assert (t5["trials"] == 3).all()
+    within = t5["verdict"] == "reproduced within noise"
+    (method, setting), = t5[~within].index  # the one cell that differs
+    says(flat, f"all {len(t34)} of Tables 3 and 4 \"reproduced within noise\" with three seeds, and {within.sum()} of "
+               f"Table 5's {len(t5)} (all but {method} with {setting.split()[-1]} classes, "
+               f"{t5.loc[(method, setting), 'ours_mean']:.1f} against {t5.loc[(method, setting), 'paper_value']:.2f}), "
+               f"with half-widths of {t5['ours_ci95'].min():.1f} to {t5['ours_ci95'].max():.1f} points")
+    says(readme, f"{(t34['verdict'] == 'reproduced within noise').sum() + within.sum()} of the {len(t34) + len(t5)} cells "
+                 "of Tables 3–5 within noise (seeds 0–2")
     mnist = report[report["table"].isin(["Table 3 (labelled target samples)", "Table 4 (projection and filtering)",
                                          "Table 5 (shifts between sources)"])]
     says(flat, f"differ from the paper in {(mnist['verdict'] == 'differs').sum()} of their {len(mnist)} rows")
