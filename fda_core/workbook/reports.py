@@ -148,8 +148,9 @@ def compare_methods(
         by: the table's rows: ``"method"`` (display labels) or another label column (e.g. ``"rule"``).
         panel: a second config or label column that varies besides ``across`` (e.g. ``"noise_std"`` for FedGP
             paper Table 3, labelled samples at three noise levels): the table's rows become (``by``, ``panel``)
-            and a ``"lines"`` figure draws one panel per value of it, side by side with a shared y axis. None:
-            the runs must not differ in anything but ``by``, ``across`` and the seed.
+            and a ``"lines"`` figure draws one panel per value of it, side by side with a shared y axis (not with
+            ``paper`` or ``plot="bars"``). None: runs of one ``by`` and ``across`` value that differ in anything
+            else are pooled into one cell.
         value: the statistic of each run tabulated and plotted: ``"final_acc"`` (target accuracy after the
             last round) or ``"last5_acc"`` (mean over the last 5 rounds, the auto-weighted paper's statistic);
             the CSV notes say which (:data:`STATISTICS`).
@@ -177,6 +178,9 @@ def compare_methods(
         raise ValueError(f"value must be one of {sorted(STATISTICS)}, got {value!r}")
     if plot not in ("bars", "lines", None) or (plot == "bars" and panel is not None):
         raise ValueError(f"plot must be 'bars' (without panel), 'lines' or None, got {plot!r}")
+    if panel is not None and paper:
+        raise ValueError(f"panel={panel!r} cannot be combined with paper={paper!r}: the paper's rows are matched by "
+                         "one row label")
     configs, labels = sweep_configs(base, methods, targets=targets, seeds=seeds, variants=variants, tuned=tuned,
                                     per_method=per_method, data_seed=data_seed)
     if store is not None and not isinstance(store, ResultStore):
