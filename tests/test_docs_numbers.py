@@ -792,14 +792,28 @@ def test_reproduction_doc_quotes_the_ablations_on_fashion_mnist():
     t3 = rows["Table 3"].reset_index().pivot(index="setting", columns="method", values="ours_mean")
     t4 = rows["Table 4"].reset_index().pivot(index="setting", columns="method", values="ours_mean")
     words = ["no", "one", "two", "three", "all"]
-    assert (t3["FedGP"] > t3["FedDA"]).all()
-    says(flat, f"FedGP above FedDA at every count of Table 3 and at {words[(t4['FedGP'] > t4['FedDA']).sum()]} of the "
-               "four noise levels of Table 4")
+    above = (t3["FedGP"] > t3["FedDA"]).groupby(lambda setting: setting.split(",")[0]).sum()  # per noise level
+    assert above.to_dict() == {"noise_std 0.2": 2, "noise_std 0.4": 4}
+    says(flat, f"FedGP above FedDA at every count of Table 3 at noise 0.4 but at only {words[above['noise_std 0.2']]} of "
+               f"the four at noise 0.2 (the paper: at every count of both), at {words[(t4['FedGP'] > t4['FedDA']).sum()]} "
+               "of the four noise levels of Table 4")
     t34 = pd.concat([rows["Table 3"], rows["Table 4"]])
-    assert (t34["verdict"] == "reproduced within noise").all() and (t34["trials"] == 3).all()
-    assert ((t34["paper_value"] - t34["ours_mean"]).abs() <= t34["ours_ci95"]).all()
-    says(flat, f"every cell of Tables 3 and 4 reproduced within noise (the paper's value inside our interval in all "
-               f"{len(t34)}; the half-widths are {t34['ours_ci95'].min():.1f} to {t34['ours_ci95'].max():.1f} points")
+    assert (t34["trials"] == 3).all()
+    within_34 = t34["verdict"] == "reproduced within noise"
+    assert (within_34 == ((t34["paper_value"] - t34["ours_mean"]).abs() <= t34["ours_ci95"])).all()
+    (off_method, off_setting), = t34[~within_34].index  # the one cell outside its interval
+    off = t34.loc[(off_method, off_setting)]
+    noise, count = (part.split()[-1] for part in off_setting.split(","))
+    says(flat, f"{within_34.sum()} of the {len(t34)} cells of Tables 3 and 4 reproduced within noise (the paper's value "
+               f"inside our interval in all but {off_method} at noise {noise} with {count} labels, {off['ours_mean']:.1f} "
+               f"± {off['ours_ci95']:.1f} against {off['paper_value']:.2f}; the half-widths are "
+               f"{t34['ours_ci95'].min():.1f} to {t34['ours_ci95'].max():.1f} points")
+    samples = runs["target_samples"]
+    low_noise = samples[samples["noise_std"] == 0.2].pivot_table(index="n_target_labeled", columns=["method", "seed"],
+                                                                 values="final_acc")
+    margin = (low_noise["FedGP (cosine)"] - low_noise["FedDA"]).round(6)
+    says(flat, f"paired by seed FedGP minus FedDA is {margin.min().min():.1f} to {margin.max().max():.1f} points, and "
+               f"seed 1's is at most {margin[1].max():.1f} at every count".replace("-", "−"))
     by_seed = runs["projection_filtering"].pivot_table(index="noise_std", columns=["method", "seed"], values="final_acc")
     fedgp_seeds, fedda_seeds = by_seed["FedGP (cosine)"], by_seed["FedDA"]
     assert (fedgp_seeds[1] < fedgp_seeds[[0, 2]].min(axis=1)).all() and (fedda_seeds[1] > fedda_seeds[[0, 2]].max(axis=1)).all()
@@ -845,7 +859,7 @@ def test_reproduction_doc_quotes_the_ablations_on_fashion_mnist():
     assert (t5["trials"] == 3).all()
     within = t5["verdict"] == "reproduced within noise"
     (method, setting), = t5[~within].index  # the one cell that differs
-    says(flat, f"all {len(t34)} of Tables 3 and 4 \"reproduced within noise\" with three seeds, and {within.sum()} of "
+    says(flat, f"{within_34.sum()} of the {len(t34)} of Tables 3 and 4 \"reproduced within noise\" with three seeds, and {within.sum()} of "
                f"Table 5's {len(t5)} (all but {method} with {setting.split()[-1]} classes, "
                f"{t5.loc[(method, setting), 'ours_mean']:.1f} against {t5.loc[(method, setting), 'paper_value']:.2f}), "
                f"with half-widths of {t5['ours_ci95'].min():.1f} to {t5['ours_ci95'].max():.1f} points")

@@ -1,6 +1,7 @@
 """Every numbered notebook executes with papermill (quick parameters) and writes its figures; the saved
 numbers are checked against the theory (not merely that the notebook ran)."""
 
+import json
 from functools import lru_cache
 from pathlib import Path
 from statistics import NormalDist
@@ -281,10 +282,15 @@ def test_semi_synthetic_default_sections_show_the_committed_paper_settings_test(
     fashion = ROOT / "figures" / "05_semi_synthetic" / "fashion_mnist_ablations"
     for shown, run_file in (("target_samples", "target_samples"), ("projection_filtering_table", "projection_filtering"),
                             ("source_labels_table", "source_labels")):
-        seeds = sorted(set(_read(fashion / f"{run_file}.csv")["seed"]))
+        run = _read(fashion / f"{run_file}.csv")
+        seeds = sorted(set(run["seed"]))
         line = next(line for line in text.splitlines() if f"({fashion / shown}.csv)" in line)
         assert line.startswith("Not run here: the committed results of `fda run 05 -p base fashion_mnist"), line
-        assert f"-p ablation_trials {len(seeds)}` (" in line and seeds == list(range(len(seeds))), (line, seeds)
+        command = line.split("`")[1]
+        assert f" -p ablation_trials {len(seeds)} " in f"{command} " and seeds == list(range(len(seeds))), (line, seeds)
+        if run_file == "target_samples":  # Table 3's noise levels: the default 0.4 unless the command says
+            noises = sorted(set(run["noise_std"]))
+            assert (noises == [0.4]) != (f"-p target_sample_noises '{json.dumps(noises)}'" in command), (line, noises)
     # the repository's folder: its committed budget check, table and figure are shown
     params["figures_dir"] = "figures/05_semi_synthetic"
     committed = ROOT / "figures" / "05_semi_synthetic"
