@@ -15,19 +15,22 @@ import pandas as pd
 __all__ = ["results_table", "summary_table", "beta_table", "timings_table", "setting_note", "format_value"]
 
 
+#: the columns :func:`results_table` gives every run besides its labels
+RUN_COLUMNS = ("target", "method", "rule", "beta", "seed", "rounds", "model", "final_acc", "last5_acc", "n_target_labeled")
+
+
 def results_table(results: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
-    """One row per run: labels, target, method (display label), rule (canonical name), beta (the method's β
-    option, NaN without one), seed, rounds, model, final and last-5 accuracy (in %), n_target_labeled.
-    Wall-clock seconds are not in this table (they differ between re-runs; see ``timings_table``)."""
+    """One row per run: labels, then :data:`RUN_COLUMNS`: target, method (display label), rule (canonical name),
+    beta (the method's β option, NaN without one), seed, rounds, model, final and last-5 accuracy (in %),
+    n_target_labeled. Wall-clock seconds are not in this table (they differ between re-runs; see ``timings_table``)."""
     rows = []
     for res in results:
         c = res["config"]
         labels = dict(res.get("labels", {}))
-        rows.append({**labels, "target": res["target"], "method": labels.get("method", res.get("method", c["rule"])),
-                     "rule": c["rule"], "beta": c["method_options"].get("beta", float("nan")), "seed": c["seed"],
-                     "rounds": c["rounds"], "model": c["model"],
-                     "final_acc": 100 * res["final_target_acc"], "last5_acc": 100 * res["last5_target_acc"],
-                     "n_target_labeled": res["n_target_labeled"]})
+        rows.append({**labels, **dict(zip(RUN_COLUMNS, (
+            res["target"], labels.get("method", res.get("method", c["rule"])), c["rule"],
+            c["method_options"].get("beta", float("nan")), c["seed"], c["rounds"], c["model"],
+            100 * res["final_target_acc"], 100 * res["last5_target_acc"], res["n_target_labeled"])))})
     return pd.DataFrame(rows)
 
 

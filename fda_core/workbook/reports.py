@@ -25,7 +25,7 @@ from ..experiments.federated import run_many, sweep_configs, target_index
 from ..experiments.methods import get_method, paper_label
 from ..experiments.paper_numbers import beside_paper, paper_setting, paper_table
 from ..experiments.personalisation import SOURCE_SWEEP_GRID, compute_sweep_runs, source_sweep, sweep_run_configs
-from ..experiments.tables import (beta_table, format_value, results_table, setting_note, summary_table,
+from ..experiments.tables import (RUN_COLUMNS, beta_table, format_value, results_table, setting_note, summary_table,
                                   timings_table)
 from ..experiments.worker_pool import check_workers
 from ..viz.plotting import plot_accuracy_vs_shift, plot_beta_grid, plot_method_bars, save_figure
@@ -149,7 +149,7 @@ def compare_methods(
         panel: a second config or label column that varies besides ``across`` (e.g. ``"noise_std"`` for FedGP
             paper Table 3, labelled samples at three noise levels): the table's rows become (``by``, ``panel``)
             and a ``"lines"`` figure draws one panel per value of it, side by side with a shared y axis (not with
-            ``paper`` or ``plot="bars"``). None: runs of one ``by`` and ``across`` value that differ in anything
+            ``paper`` or ``plot="bars"``; refused before any run). None: runs of one ``by`` and ``across`` value that differ in anything
             else are pooled into one cell.
         value: the statistic of each run tabulated and plotted: ``"final_acc"`` (target accuracy after the
             last round) or ``"last5_acc"`` (mean over the last 5 rounds, the auto-weighted paper's statistic);
@@ -183,12 +183,13 @@ def compare_methods(
                          "one row label")
     configs, labels = sweep_configs(base, methods, targets=targets, seeds=seeds, variants=variants, tuned=tuned,
                                     per_method=per_method, data_seed=data_seed)
+    columns = set(RUN_COLUMNS).union(*labels)  # the per-run table's columns (results_table), known before any run
+    if panel is not None and (panel in (by, across) or panel not in columns):
+        raise ValueError(f"panel must be a column of the runs other than by={by!r} and across={across!r}, got {panel!r}")
     if store is not None and not isinstance(store, ResultStore):
         store = ResultStore(store)
     results = run_many(configs, store=store, experiment=experiment, labels=labels, progress=progress, workers=workers)
     runs = results_table(results)
-    if panel is not None and (panel == by or panel == across or panel not in runs):
-        raise ValueError(f"panel must be a column of the runs other than by={by!r} and across={across!r}, got {panel!r}")
     order = _row_order(methods, configs, labels) if by == "method" else None
     rows = (by,) if panel is None else (by, panel)
     formatted, means, stds = summary_table(runs, by=rows, across=across, value=value, order=order)
