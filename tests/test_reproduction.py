@@ -275,6 +275,33 @@ def test_the_ablations_on_fashion_mnist_are_tables_of_their_own(tmp_path):
     assert set(table_3["verdict"]) == {"reproduced within noise"}
 
 
+def test_table_3_at_noise_0_6_joins_the_fashion_mnist_table(tmp_path):
+    """Table 3 at the paper's noise 0.6 is a run of its own (folder fashion_mnist_ablations_noise_0.6): its rows join
+    the table of the run at 0.2 and 0.4, and a setting in both folders is refused, naming both. Paper, Table 3 at
+    noise 0.6 with 200 labels: FedDA 52.67, FedGP 70.31 (ours 50/52/54 and 68/70/72: both within noise)."""
+    fashion = tmp_path / "05_semi_synthetic"
+
+    def runs(noise, n, fedda, fedgp):
+        return [{"method": m, "trial": t, "noise_std": noise, "n_target_labeled": n, "final_acc": base + 2 * t}
+                for t in range(3) for m, base in (("FedDA", fedda), ("FedGP (cosine)", fedgp))]
+
+    _write_runs(fashion / "fashion_mnist_ablations" / "target_samples.csv", runs(0.4, 1000, 68.0, 74.0))
+    _write_runs(fashion / "fashion_mnist_ablations_noise_0.6" / "target_samples.csv", runs(0.6, 200, 50.0, 68.0))
+    table = reproduction_table(tmp_path)
+    assert set(table["table"]) == {"Table 3 (labelled target samples, the paper's scripts, Fashion-MNIST)"}
+    by = table.set_index(["setting", "method"])
+    assert list(by.index) == [(f"noise_std {s}, n_target_labeled {n}", m) for s, n in (("0.4", 1000), ("0.6", 200))
+                              for m in ("FedDA", "FedGP")]
+    assert by.loc[("noise_std 0.6, n_target_labeled 200", "FedDA"), "paper_value"] == pytest.approx(52.67)
+    assert by.loc[("noise_std 0.6, n_target_labeled 200", "FedGP"), "paper_value"] == pytest.approx(70.31)
+    assert set(by["verdict"]) == {"reproduced within noise"}
+    _write_runs(fashion / "fashion_mnist_ablations_noise_0.6" / "target_samples.csv",
+                runs(0.6, 200, 50.0, 68.0) + runs(0.4, 1000, 60.0, 60.0))
+    with pytest.raises(ValueError, match=r"noise_std 0.4, n_target_labeled 1000 is in both .*fashion_mnist_ablations "
+                                         r"and .*fashion_mnist_ablations_noise_0.6"):
+        reproduction_table(tmp_path)
+
+
 def test_inb_order_rows(tmp_path):
     """Fed INB Fig. 2a: the paper orders IndAEINB (1) < AEINB (2) < INB (3) by WD; ours ranks AEINB first."""
     path = tmp_path / "06_inb_translation" / "summary.csv"
