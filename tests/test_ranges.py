@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
 
@@ -60,7 +61,42 @@ lr: float = 0.1  # learning rate > 0
 sizes: list = [2, 4]  # sizes ≥ 2
 frac: Optional[float] = None  # optional fraction (0, 1]
 name: str = "x"  # a name [0, 1]
-broken: int = 1  # written with an unusable bound >= 1"""
+broken: int = 1  # written with an unusable bound >= 1
+device: str = "auto"  # where runs compute {"auto", "cpu", "cuda"}
+parts: list = ["a"]  # parts to run {"a", "b"}
+twice: str = "a"  # a set naming a value twice {"a", "a"}"""
+
+
+@pytest.mark.parametrize(
+    ("help_text", "expected", "rest"),
+    [
+        ('where runs compute {"auto", "cpu", "cuda"}', ("auto", "cpu", "cuda"), "where runs compute"),
+        ('parts {"a"}', ("a",), "parts"),
+        ('{ "a" , "b c", }', ("a", "b c"), ""),  # spaces inside a choice, a trailing comma
+        ('"auto" (CUDA when present), "cpu" or "cuda"', None, '"auto" (CUDA when present), "cpu" or "cuda"'),
+        ('a set {"a", "b"} then text', None, 'a set {"a", "b"} then text'),  # not trailing
+        ("{'a', 'b'}", None, "{'a', 'b'}"),  # double quotes only, as the notebooks write their strings
+        ('x{"a"}', None, 'x{"a"}'),  # separated from the text
+        ("{}", None, "{}"),
+    ],
+)
+def test_parse_choices(help_text: str, expected: tuple[str, ...] | None, rest: str) -> None:
+    assert parameters.parse_choices(help_text) == (expected, rest)
+
+
+def test_validate_rejects_values_outside_the_choices(ranged: Path) -> None:
+    ok = parameters.validate_parameters(ranged, {"device": "cpu", "parts": '["b", "a"]'}, raw=True)
+    assert ok == {"device": "cpu", "parts": ["b", "a"]}
+    assert parameters.validate_parameters(ranged, {"parts": []}, raw=False) == {"parts": []}
+    with pytest.raises(discovery.ParameterError) as info:
+        parameters.validate_parameters(ranged, {"device": "gpu", "parts": '["a", "c"]', "twice": "a"}, raw=True)
+    assert info.value.errors == [
+        "parameter 'device' of 01_ranged must be one of \"auto\", \"cpu\", \"cuda\", got 'gpu'",
+        "parameter 'parts' of 01_ranged: every element must be one of \"a\", \"b\", got 'c' in ['a', 'c']",
+        "parameter 'twice' of 01_ranged: choices {'a'} name a value twice: ['a', 'a'] in its help comment",
+    ]
+    with pytest.raises(discovery.ParameterError, match="got 1 in \\['a', 1\\]"):  # a list of strings
+        parameters.validate_parameters(ranged, {"parts": ["a", 1]}, raw=False)
 
 
 @pytest.fixture
@@ -112,6 +148,16 @@ def test_list_shows_ranges(ranged: Path, capsys: pytest.CaptureFixture[str]) -> 
     out = capsys.readouterr().out
     assert "weight of the source part; range [0, 1]" in out
     assert "a count; range ≥ 1" in out and "sizes; each ≥ 2" in out and "optional fraction; range (0, 1]" in out
+    assert 'where runs compute; one of "auto", "cpu", "cuda"' in out and 'parts to run; each one of "a", "b"' in out
+
+
+def test_run_dry_run_outside_the_choices_exits_2(ranged: Path, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A misspelt choice is refused by `fda run --dry-run` too, before any kernel starts."""
+    assert main(["run", "1", "-p", "parts", '["a", "ablation"]', "--dry-run", "--out", str(tmp_path / "o")]) == 2
+    assert "parameter 'parts' of 01_ranged: every element must be one of \"a\", \"b\", got 'ablation'" in capsys.readouterr().err
+    assert main(["run", "1", "-p", "parts", '["b"]', "-p", "device", "cuda", "--dry-run", "--out", str(tmp_path / "o")]) == 0
+    assert not (tmp_path / "o").exists()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -123,10 +169,72 @@ def test_notebook_defaults_satisfy_their_ranges(nb: Path) -> None:
     declared = parameters.notebook_parameters(nb)
     defaults = parameters.default_values(nb)
     assert set(defaults) == set(declared), "every default should be a literal"
-    problems = [parameters.check_range(name, declared[name], value, nb.stem) for name, value in defaults.items()]
+    problems = [check(name, declared[name], value, nb.stem) for name, value in defaults.items()
+                for check in (parameters.check_range, parameters.check_choices)]
     assert not [p for p in problems if p], problems
     # every declaration stays readable by papermill itself (a second '=' on a line, e.g. '>=', hides it)
     assert set(papermill.inspect_notebook(str(nb))) == set(declared)
+
+
+def _notebook_constants(nb: Path) -> dict[str, object]:
+    """The literal constants the notebook's code cells assign at top level (``A = (...)``, ``A, B = (...), (...)``)."""
+    import ast
+
+    found: dict[str, object] = {}
+    for cell in nbformat.read(nb, as_version=4).cells:
+        if cell.cell_type != "code" or "parameters" in cell.metadata.get("tags", []):
+            continue
+        for node in ast.parse(cell.source).body:
+            if not isinstance(node, ast.Assign):
+                continue
+            for target in node.targets:
+                pairs = (zip(target.elts, node.value.elts) if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple)
+                         else [(target, node.value)])
+                for name, value in pairs:
+                    if isinstance(name, ast.Name):
+                        with contextlib.suppress(ValueError):
+                            found[name.id] = ast.literal_eval(value)
+    return found
+
+
+def _declared_choices_sources() -> dict[tuple[str, str], tuple[str, ...]]:
+    """Each declared set of choices and what the notebook checks it against: the library's constant, the notebook's
+    own (a top-level constant), or the tuple its check spells out."""
+    from fda_core.data.datasets.semi_synthetic import LABEL_SHIFT_PARTITIONS, NOISE_DRAWS
+    from fda_core.experiments.batched_clients import CLIENT_BATCHING
+    from fda_core.experiments.federated import DATA_SEEDS
+    from fda_core.experiments.methods.registry import VARIANTS
+    from fda_core.experiments.translation.dg_clients import CLIENT_BATCHING as DG_CLIENT_BATCHING
+    from fda_core.experiments.translation.inb import VARIANTS as INB_VARIANTS
+
+    nb05 = _notebook_constants(ROOT / "notebooks" / "05_semi_synthetic.ipynb")
+    methods = {"variant": tuple(VARIANTS), "data_seed": DATA_SEEDS, "client_batching": CLIENT_BATCHING}
+    return {
+        **{("04_real_data", k): v for k, v in methods.items()}, ("04_real_data", "baseline_options"): ("source_sweep", "defaults"),
+        **{("05_semi_synthetic", k): v for k, v in methods.items()},
+        ("05_semi_synthetic", "noise_draw"): NOISE_DRAWS, ("05_semi_synthetic", "label_shift_partition"): LABEL_SHIFT_PARTITIONS,
+        ("05_semi_synthetic", "sections"): nb05["SECTIONS"], ("05_semi_synthetic", "faithful_settings"): nb05["SETTINGS"],
+        ("05_semi_synthetic", "ablations"): nb05["ABLATIONS"], ("05_semi_synthetic", "sweep_setting"): nb05["SWEEP_SETTINGS"],
+        ("06_inb_translation", "variant"): INB_VARIANTS, ("06_inb_translation", "variants"): INB_VARIANTS,
+        ("06_inb_translation", "stargan_client_batching"): DG_CLIENT_BATCHING,
+        ("07_auxiliary_tasks", "client_batching"): CLIENT_BATCHING, ("07_auxiliary_tasks", "fda_baselines"): ("FADA", "KD3A"),
+        ("08_domain_generalisation", "client_batching"): DG_CLIENT_BATCHING,
+    }
+
+
+def test_declared_choices_are_the_ones_the_code_checks() -> None:
+    """Every declared set of choices is the set the notebook or the library checks (``fda run`` refuses the rest before a
+    kernel starts, the notebook's own check when it runs in Jupyter); a set spelt out in a notebook's check is there."""
+    sources = _declared_choices_sources()
+    declared = {(nb.stem, name): parameters.parameter_choices(info) for nb in NOTEBOOKS
+                for name, info in parameters.notebook_parameters(nb).items() if parameters.parameter_choices(info)}
+    assert set(declared) == set(sources)
+    for key, choices in declared.items():
+        assert choices == tuple(sources[key]), key
+    for stem, name in (("04_real_data", "baseline_options"), ("07_auxiliary_tasks", "fda_baselines")):
+        code = "".join(c.source for c in nbformat.read(ROOT / "notebooks" / f"{stem}.ipynb", as_version=4).cells
+                       if c.cell_type == "code" and "parameters" not in c.metadata.get("tags", []))
+        assert f"not in {sources[(stem, name)]!r}".replace("'", '"') in code, (stem, name)
 
 
 def test_notebooks_declare_ranges() -> None:

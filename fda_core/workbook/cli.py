@@ -29,7 +29,7 @@ from typing import Any, TextIO
 
 from .discovery import (NotebookError, ParameterError, default_output_dir, find_notebooks, notebook_number,
                         notebooks_dir, read_yaml, repo_root, resolve_notebook, resolve_notebooks)
-from .parameters import notebook_parameters, parse_range, parse_type, validate_parameters
+from .parameters import notebook_parameters, parse_choices, parse_range, parse_type, validate_parameters
 from .runner import DEFAULT_KERNEL, DEFAULT_STALL_TIMEOUT, ExecutionResult, execute
 from .staging import plan_staging
 from .sweeps import load_parameter_sets, plan_sweep, run_sweep
@@ -238,16 +238,21 @@ def _format_parameters(params: dict[str, dict[str, str]]) -> list[str]:
 
 
 def _help_with_range(info: dict[str, str]) -> str:
-    """The help text with its declared range spelt out: ``...; range [0, 1]`` (``each >= 2`` for lists)."""
+    """The help text with its declared range or choices spelt out: ``...; range [0, 1]`` (``each >= 2`` for
+    lists), ``...; one of "cpu", "cuda"`` (``each one of ...``)."""
     help_text = info.get("help", "") or ""
     try:
-        rng, rest = parse_range(help_text)
+        choices, rest = parse_choices(help_text)
+        rng, rest = (None, rest) if choices is not None else parse_range(help_text)
     except ValueError as exc:
         return f"{help_text}  (! {exc})"
-    if rng is None:
+    if rng is None and choices is None:
         return help_text
     each = parse_type(info["inferred_type_name"]).kind in ("list", "tuple")
-    allowed = f"each {rng}" if each else f"range {rng}"
+    if choices is not None:
+        allowed = ("each " if each else "") + "one of " + ", ".join(f'"{c}"' for c in choices)
+    else:
+        allowed = f"each {rng}" if each else f"range {rng}"
     return f"{rest}; {allowed}" if rest else allowed
 
 

@@ -21,6 +21,19 @@ numbers (ints and floats, not bools); for a list or tuple parameter it applies t
 lists: every number in them). ``None`` (for ``Optional`` parameters) and strings are not checked. A value
 outside its range is rejected by :func:`validate_parameters` (``fda`` exits 2, nothing runs); ``fda list``
 shows the ranges. A bracket elsewhere in the comment is just text.
+
+Choices
+-------
+A string parameter with a fixed set of values, or a list of such strings, ends its help comment with the
+set instead, as a Python set of double-quoted strings::
+
+    device: str = "auto"  # where runs compute; "auto": CUDA when present {"auto", "cpu", "cuda"}
+    sections: list = ["label_shift"]  # parts to run {"faithful", "label_shift", "ablations"}
+
+A string outside the set (for a list: any element that is not one of them) is rejected as a value outside
+its range is, before anything runs, and ``fda list`` shows the choices. ``None`` (for ``Optional``
+parameters) is not checked. The notebook keeps its own check for runs started from Jupyter; the tests
+compare the two sets.
 """
 
 from __future__ import annotations
@@ -43,6 +56,7 @@ import yaml
 from .discovery import NotebookError, ParameterError
 
 __all__ = ["TypeSpec", "Range", "notebook_parameters", "parse_type", "parse_range", "parameter_range", "check_range",
+           "parse_choices", "parameter_choices", "check_choices",
            "coerce_raw", "conform_value", "validate_parameters", "default_values"]
 
 _NONE_WORDS = frozenset({"none", "null", "~"})
@@ -371,6 +385,50 @@ def check_range(name: str, info: Mapping[str, str], value: Any, stem: str) -> st
     return f"parameter {name!r} of {stem} must be {_range_words(rng)}, got {_short(value)}"
 
 
+# --------------------------------------------------------------------------------------------------
+# choices
+
+_CHOICES = re.compile(r'(?:^|\s)\{(?P<items>\s*"[^"{}]*"\s*(?:,\s*"[^"{}]*"\s*)*),?\s*\}\s*$')
+
+
+def parse_choices(help_text: str) -> tuple[tuple[str, ...] | None, str]:
+    """Split a parameter's help comment into its trailing set of choices (see the module docstring) and the rest.
+
+    ``'where runs compute {"auto", "cpu"}'`` → ``(("auto", "cpu"), "where runs compute")``; ``"a knob"`` →
+    ``(None, "a knob")``. Raises ``ValueError`` for a set naming a value twice."""
+    text = (help_text or "").rstrip()
+    m = _CHOICES.search(text)
+    if not m:
+        return None, text
+    choices = tuple(re.findall(r'"([^"]*)"', m["items"]))
+    if len(set(choices)) != len(choices):
+        raise ValueError(f"choices {set(choices)} name a value twice: {list(choices)}")
+    return choices, text[: m.start()].rstrip()
+
+
+def parameter_choices(info: Mapping[str, str]) -> tuple[str, ...] | None:
+    """The declared choices of one parameter (an entry of :func:`notebook_parameters`), or None."""
+    return parse_choices(info.get("help", "") or "")[0]
+
+
+def check_choices(name: str, info: Mapping[str, str], value: Any, stem: str) -> str | None:
+    """The error message when ``value`` (a string, or a list/tuple of them) is not among the declared choices of
+    parameter ``name`` of notebook ``stem`` (``info``: its entry of :func:`notebook_parameters`), else None."""
+    try:
+        choices = parameter_choices(info)
+    except ValueError as exc:
+        return f"parameter {name!r} of {stem}: {exc} in its help comment"
+    if choices is None or value is None:
+        return None
+    allowed = ", ".join(f'"{c}"' for c in choices)
+    if isinstance(value, (list, tuple)):
+        bad = [x for x in value if not isinstance(x, str) or x not in choices]
+        return (f"parameter {name!r} of {stem}: every element must be one of {allowed}, got {_short(bad[0])} in "
+                f"{_short(value)}") if bad else None
+    return None if isinstance(value, str) and value in choices else \
+        f"parameter {name!r} of {stem} must be one of {allowed}, got {_short(value)}"
+
+
 def default_values(notebook_path: str | os.PathLike) -> dict[str, Any]:
     """The notebook's declared defaults that are Python literals (the others are left out)."""
     out: dict[str, Any] = {}
@@ -545,7 +603,7 @@ def validate_parameters(notebook_path: str | os.PathLike, params: Mapping[str, A
     ``raw=True``: values are command-line strings, coerced by the declared annotation (see
     :func:`coerce_raw`). ``raw=False``: values are already typed (YAML) and are checked against it
     (see :func:`conform_value`). Values are then checked against the declared ranges
-    (:func:`parse_range`). Every problem is collected; raises :class:`ParameterError` with one line per
+    (:func:`parse_range`) and choices (:func:`parse_choices`). Every problem is collected; raises :class:`ParameterError` with one line per
     problem, e.g. ``parameter 'n_draws' of 01_delta_errors expects int, got str '12x'``,
     ``parameter 'beta' of 01_delta_errors must be in [0, 1], got 2.0`` or
     ``unknown parameter 'foo' for 01_delta_errors; allowed: n_draws, seed``.
@@ -571,9 +629,8 @@ def validate_parameters(notebook_path: str | os.PathLike, params: Mapping[str, A
             reason = f" ({exc})" if str(exc) else ""
             errors.append(f"parameter {name!r} of {stem} expects {spec}, got {got}{reason}")
             continue
-        problem = check_range(name, declared[name], out[name], stem)
-        if problem is not None:
-            errors.append(problem)
+        errors += [p for p in (check_range(name, declared[name], out[name], stem),
+                               check_choices(name, declared[name], out[name], stem)) if p is not None]
     if errors:
         raise ParameterError(errors)
     return out
