@@ -280,14 +280,17 @@ def test_semi_synthetic_default_sections_show_the_committed_paper_settings_test(
     assert not (tmp_path / "figures" / "faithful.csv").exists() and (tmp_path / "figures" / "label_shift.csv").exists()
     # the committed ablations on full Fashion-MNIST, each table beside the command whose seeds its run file holds
     fashion = ROOT / "figures" / "05_semi_synthetic" / "fashion_mnist_ablations"
-    for shown, run_file in (("target_samples", "target_samples"), ("projection_filtering_table", "projection_filtering"),
-                            ("source_labels_table", "source_labels")):
-        run = _read(fashion / f"{run_file}.csv")
+    noise_06 = fashion.with_name("fashion_mnist_ablations_noise_0.6")  # Table 3 at the paper's 0.6, a run of its own
+    for folder, shown, run_file in ((fashion, "target_samples", "target_samples"), (noise_06, "target_samples", "target_samples"),
+                                    (fashion, "projection_filtering_table", "projection_filtering"),
+                                    (fashion, "source_labels_table", "source_labels")):
+        run = _read(folder / f"{run_file}.csv")
         seeds = sorted(set(run["seed"]))
-        line = next(line for line in text.splitlines() if f"({fashion / shown}.csv)" in line)
+        line = next(line for line in text.splitlines() if f"({folder / shown}.csv)" in line)
         assert line.startswith("Not run here: the committed results of `fda run 05 -p base fashion_mnist"), line
         command = line.split("`")[1]
         assert f" -p ablation_trials {len(seeds)} " in f"{command} " and seeds == list(range(len(seeds))), (line, seeds)
+        assert f" -p figures_dir {folder.relative_to(ROOT)} " in f"{command} ", line  # the command writes that folder
         if run_file == "target_samples":  # Table 3's noise levels: the default 0.4 unless the command says
             noises = sorted(set(run["noise_std"]))
             assert (noises == [0.4]) != (f"-p target_sample_noises '{json.dumps(noises)}'" in command), (line, noises)
