@@ -27,7 +27,7 @@ Choices
 A string parameter with a fixed set of values, or a list of such strings, ends its help comment with the
 set instead, as a Python set of double-quoted strings::
 
-    device: str = "auto"  # where runs compute; "auto": CUDA when present {"auto", "cpu", "cuda"}
+    variant: str = "reference"  # method variants: the papers' code or the library's {"reference", "library"}
     sections: list = ["label_shift"]  # parts to run {"faithful", "label_shift", "ablations"}
 
 A string outside the set (for a list: any element that is not one of them) is rejected as a value outside
@@ -603,8 +603,8 @@ def validate_parameters(notebook_path: str | os.PathLike, params: Mapping[str, A
     ``raw=True``: values are command-line strings, coerced by the declared annotation (see
     :func:`coerce_raw`). ``raw=False``: values are already typed (YAML) and are checked against it
     (see :func:`conform_value`). Values are then checked against the declared ranges
-    (:func:`parse_range`) and choices (:func:`parse_choices`). Every problem is collected; raises :class:`ParameterError` with one line per
-    problem, e.g. ``parameter 'n_draws' of 01_delta_errors expects int, got str '12x'``,
+    (:func:`parse_range`) and choices (:func:`parse_choices`). Every problem is collected; raises
+    :class:`ParameterError` with one line per problem, e.g. ``parameter 'n_draws' of 01_delta_errors expects int, got str '12x'``,
     ``parameter 'beta' of 01_delta_errors must be in [0, 1], got 2.0`` or
     ``unknown parameter 'foo' for 01_delta_errors; allowed: n_draws, seed``.
     """
