@@ -200,25 +200,32 @@ def _notebook_constants(nb: Path) -> dict[str, object]:
 def _declared_choices_sources() -> dict[tuple[str, str], tuple[str, ...]]:
     """Each declared set of choices and what the notebook checks it against: the library's constant, the notebook's
     own (a top-level constant), or the tuple its check spells out."""
-    from fda_core.data.datasets.semi_synthetic import LABEL_SHIFT_PARTITIONS, NOISE_DRAWS
+    from fda_core.core.wasserstein import METHODS as WD_METHODS
+    from fda_core.data.datasets.domainbed_mnist import ColoredMNIST
+    from fda_core.data.datasets.semi_synthetic import _BASES, LABEL_SHIFT_PARTITIONS, NOISE_DRAWS
     from fda_core.experiments.batched_clients import CLIENT_BATCHING
     from fda_core.experiments.federated import DATA_SEEDS
     from fda_core.experiments.methods.registry import VARIANTS
     from fda_core.experiments.translation.dg_clients import CLIENT_BATCHING as DG_CLIENT_BATCHING
+    from fda_core.experiments.translation.dg_study import DATASETS as DG_DATASETS
     from fda_core.experiments.translation.inb import VARIANTS as INB_VARIANTS
+    from fda_core.experiments.translation.stargan_study import METRICS as STARGAN_METRICS
+    from fda_core.experiments.translation.study import OPTIONS as INB_OPTIONS
 
     nb05 = _notebook_constants(ROOT / "notebooks" / "05_semi_synthetic.ipynb")
     methods = {"variant": tuple(VARIANTS), "data_seed": DATA_SEEDS, "client_batching": CLIENT_BATCHING}
     return {
         **{("04_real_data", k): v for k, v in methods.items()}, ("04_real_data", "baseline_options"): ("source_sweep", "defaults"),
         **{("05_semi_synthetic", k): v for k, v in methods.items()},
-        ("05_semi_synthetic", "noise_draw"): NOISE_DRAWS, ("05_semi_synthetic", "label_shift_partition"): LABEL_SHIFT_PARTITIONS,
+        ("05_semi_synthetic", "base"): _BASES, ("05_semi_synthetic", "noise_draw"): NOISE_DRAWS, ("05_semi_synthetic", "label_shift_partition"): LABEL_SHIFT_PARTITIONS,
         ("05_semi_synthetic", "sections"): nb05["SECTIONS"], ("05_semi_synthetic", "faithful_settings"): nb05["SETTINGS"],
         ("05_semi_synthetic", "ablations"): nb05["ABLATIONS"], ("05_semi_synthetic", "sweep_setting"): nb05["SWEEP_SETTINGS"],
         ("06_inb_translation", "variant"): INB_VARIANTS, ("06_inb_translation", "variants"): INB_VARIANTS,
-        ("06_inb_translation", "stargan_client_batching"): DG_CLIENT_BATCHING,
+        ("06_inb_translation", "stargan_client_batching"): DG_CLIENT_BATCHING, ("06_inb_translation", "wd_method"): WD_METHODS,
+        ("06_inb_translation", "option"): tuple(INB_OPTIONS), ("06_inb_translation", "stargan_metric"): STARGAN_METRICS,
         ("07_auxiliary_tasks", "client_batching"): CLIENT_BATCHING, ("07_auxiliary_tasks", "fda_baselines"): ("FADA", "KD3A"),
-        ("08_domain_generalisation", "client_batching"): DG_CLIENT_BATCHING,
+        ("08_domain_generalisation", "client_batching"): DG_CLIENT_BATCHING, ("08_domain_generalisation", "dataset"): DG_DATASETS,
+        ("08_domain_generalisation", "option"): tuple(INB_OPTIONS), ("09_flower", "target"): tuple(ColoredMNIST.ENVIRONMENTS),
     }
 
 
