@@ -762,9 +762,13 @@ def _check_table_3_at_noise_0_6(flat: str, folder, noise_06, runs: dict, rows: d
     says(flat, "The verdicts agree: both cells are within noise on both machines")
     paired = here.pivot_table(index="n_target_labeled", columns=["method", "seed"], values="final_acc")
     margin = paired["FedGP (cosine)"] - paired["FedDA"]
-    assert (margin > 0).all().all() and (margin.idxmin(axis=1) == 1).all()
+    assert (margin > 0).all().all()
+    every = runs["target_samples"].pivot_table(index=["noise_std", "n_target_labeled"], columns=["method", "seed"],
+                                               values="final_acc")
+    assert ((every["FedGP (cosine)"] - every["FedDA"]).idxmin(axis=1) == 1).all()  # at every count of every noise
     says(flat, f"At noise 0.6 FedGP is above FedDA at every count and every seed, paired by seed by "
-               f"{margin.min().min():.1f} to {margin.max().max():.1f} points (seed 1 gives the smallest margin at every count")
+               f"{margin.min().min():.1f} to {margin.max().max():.1f} points (seed 1 gives the smallest margin at every "
+               "count, as it does at noise 0.2 and 0.4)")
     gaps = t3[t3["setting"].str.startswith("noise_std 0.6,")].assign(
         n=lambda t: t["setting"].str.split().str[-1].astype(int)).set_index(["method", "n"])["gap"]
     fedgp, fedda = gaps["FedGP"], gaps["FedDA"]
