@@ -913,6 +913,27 @@ def test_reproduction_doc_quotes_the_ablations_on_fashion_mnist():
     scores = ", ".join(f"{v:.1f}" for v in per_seed.loc[k, "Finetune_Offline"].iloc[:-1])
     says(flat, f"Finetune_Offline with {k} classes per source scores {scores} and "
                f"{per_seed.loc[k, 'Finetune_Offline'].iloc[-1]:.1f} at seeds 0, 1 and 2")
+    from fda_core.experiments.paper_numbers import paper_table
+
+    tuned, source_only = per_seed["Finetune_Offline"], per_seed["Source only"]
+    ranks_alike = [k for k in sorted(set(per_seed.index.get_level_values(0)))
+                   if list(tuned[k].rank()) == list(source_only[k].rank())]
+    deviation = lambda row: row - row.groupby(level=0).transform("mean")  # noqa: E731 - minus its k's mean over the seeds
+    says(flat, f"the two rows' seed deviations (each score minus its k's mean over the seeds) correlate, Pearson "
+               f"{deviation(tuned).corr(deviation(source_only)):.2f} over Table 5's {len(per_seed)} pairs of k and seed, "
+               f"the seeds ranking the same in both with {' and '.join(str(k) for k in ranks_alike)} classes per source")
+    gain = (tuned - source_only).groupby(level=0).mean()
+    paper_5 = paper_table("SourceLabels")
+    paper_gain = paper_5.loc["Finetune_Offline"] - paper_5.loc["Source only"]
+    says(flat, (f"on average it adds {gain[3]:.1f} points to Source only with 3 classes per source, {gain[5]:.1f} with 5, "
+                f"{gain[7]:.1f} with 7 and {gain[9]:.1f} with 9, where the paper's adds {paper_gain[3]:.1f}, "
+                f"{paper_gain[5]:.1f}, {paper_gain[7]:.1f} and {paper_gain[9]:.1f}").replace("-", "−"))
+    assert (gain[[7, 9]] < 0).all() and (paper_gain > 0).all()  # "lose more than they gain"
+    from fda_core.common.files import read_note
+
+    config = " ".join(read_note(FIGURES / "05_semi_synthetic" / "fashion_mnist_ablations" / "source_labels.csv"))
+    assert "rounds=52," in config and "target_lr=0.005," in config and "finetune_offline{epochs: None," in config
+    says(flat, "52 epochs on the 100 noisy images at the target's lr 0.005")
     assert (t5["trials"] == 3).all()
     within = t5["verdict"] == "reproduced within noise"
     (method, setting), = t5[~within].index  # the one cell that differs
