@@ -21,7 +21,8 @@ from fda_core.workbook.browser_checks import (CHROMIUM, ConsoleWatch, exercise_p
 from fda_core.common.ports import free_port
 from fda_core.workbook.dashboards import (LocalServer, jupyterlab_command, list_dashboards,
                                           prepare_notebook, start_dashboard)
-from fda_core.workbook.discovery import resolve_notebook
+from fda_core.workbook.discovery import repo_root, resolve_notebook
+from fda_core.workbook.parameters import notebook_parameters
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -89,7 +90,11 @@ def _raising_notebook():
 def jupyterlab(tmp_path_factory):
     root = tmp_path_factory.mktemp("lab")
     for number in NOTEBOOK_PANELS:
-        prepare_notebook(resolve_notebook(number), {"quick": True}, root)
+        nb = resolve_notebook(number)
+        # no result store: the default one is the repository's results/, which a test must not fill (notebook 02's
+        # quick trials landed there until 2026-12-02)
+        store = {"results_dir": ""} if "results_dir" in notebook_parameters(nb) else {}
+        prepare_notebook(nb, {"quick": True, **store}, root)
     nbformat.write(_raising_notebook(), root / RAISING_NOTEBOOK)
     # JupyterLab 4 renders only the cells in view by default ("windowing"): render them all, so that every panel
     # is in the page
@@ -159,6 +164,8 @@ def _wait_in_lab(page, log: Path, condition_js: str, what: str, timeout_s: float
 def test_notebook_panels_in_jupyterlab(browser, jupyterlab, number):
     server, root = jupyterlab
     name = resolve_notebook(number).name
+    store = repo_root() / "results"  # the repository's result store: the notebook must leave it as it is
+    before = sorted(store.rglob("*")) if store.is_dir() else []
     page = browser.new_page(viewport={"width": 1500, "height": 1100})
     watch = ConsoleWatch().attach(page)
     try:
@@ -174,6 +181,7 @@ def test_notebook_panels_in_jupyterlab(browser, jupyterlab, number):
         _wait_in_lab(page, server.log, f"!{PROMPTS_JS}.some(p => p.includes('*'))", f"notebook {number}'s last cell", 600)
         _check(page, watch, expected)
         _screenshot(page, f"jupyterlab_{number}")
+        assert (sorted(store.rglob("*")) if store.is_dir() else []) == before, f"notebook {number} wrote into {store}"
     finally:
         page.close()
 
