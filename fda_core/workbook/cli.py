@@ -29,7 +29,8 @@ from typing import Any, TextIO
 
 from .discovery import (NotebookError, ParameterError, default_output_dir, find_notebooks, notebook_number,
                         notebooks_dir, read_yaml, repo_root, resolve_notebook, resolve_notebooks)
-from .parameters import notebook_parameters, parse_choices, parse_range, parse_type, validate_parameters
+from .parameters import (choices_words, notebook_parameters, parse_choices, parse_range, parse_type,
+                         validate_parameters)
 from .runner import DEFAULT_KERNEL, DEFAULT_STALL_TIMEOUT, ExecutionResult, execute
 from .staging import plan_staging
 from .sweeps import load_parameter_sets, plan_sweep, run_sweep
@@ -250,7 +251,7 @@ def _help_with_range(info: dict[str, str]) -> str:
         return help_text
     each = parse_type(info["inferred_type_name"]).kind in ("list", "tuple")
     if choices is not None:
-        allowed = ("each " if each else "") + "one of " + ", ".join(f'"{c}"' for c in choices)
+        allowed = ("each " if each else "") + "one of " + choices_words(choices)
     else:
         allowed = f"each {rng}" if each else f"range {rng}"
     return f"{rest}; {allowed}" if rest else allowed

@@ -56,7 +56,7 @@ import yaml
 from .discovery import NotebookError, ParameterError
 
 __all__ = ["TypeSpec", "Range", "notebook_parameters", "parse_type", "parse_range", "parameter_range", "check_range",
-           "parse_choices", "parameter_choices", "check_choices",
+           "parse_choices", "parameter_choices", "check_choices", "choices_words",
            "coerce_raw", "conform_value", "validate_parameters", "default_values"]
 
 _NONE_WORDS = frozenset({"none", "null", "~"})
@@ -411,6 +411,11 @@ def parameter_choices(info: Mapping[str, str]) -> tuple[str, ...] | None:
     return parse_choices(info.get("help", "") or "")[0]
 
 
+def choices_words(choices: Iterable[str]) -> str:
+    """The choices as messages and ``fda list`` write them: ``"cpu", "cuda"``."""
+    return ", ".join(f'"{c}"' for c in choices)
+
+
 def check_choices(name: str, info: Mapping[str, str], value: Any, stem: str) -> str | None:
     """The error message when ``value`` (a string, or a list/tuple of them) is not among the declared choices of
     parameter ``name`` of notebook ``stem`` (``info``: its entry of :func:`notebook_parameters`), else None."""
@@ -420,7 +425,7 @@ def check_choices(name: str, info: Mapping[str, str], value: Any, stem: str) -> 
         return f"parameter {name!r} of {stem}: {exc} in its help comment"
     if choices is None or value is None:
         return None
-    allowed = ", ".join(f'"{c}"' for c in choices)
+    allowed = choices_words(choices)
     if isinstance(value, (list, tuple)):
         bad = [x for x in value if not isinstance(x, str) or x not in choices]
         return (f"parameter {name!r} of {stem}: every element must be one of {allowed}, got {_short(bad[0])} in "
