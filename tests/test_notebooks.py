@@ -256,6 +256,14 @@ def test_semi_synthetic_notebook_numbers(out_root):
     # registry labels of the reference variants; the paper's numbers matched through paper_label
     assert list(proj["method"]) == ["FedDA", "FedGP (no filter)", "FedGP (cosine)"]
     assert proj.set_index("method").loc["FedGP (cosine)", "paper 0.8"] == 62.22
+    # each file's note describes the data of its own runs (until 2026-12-02 every noisy-feature file described noise
+    # 0.4 and the IID partition): the projection ablation's only noise here is 0.8, Table 5's sources hold 3 classes
+    proj_note = " ".join(read_note(figures / "projection_filtering_table.csv"))
+    assert "Gaussian noise of std 0.8" in proj_note and "std 0.4" not in proj_note
+    sources_note = " ".join(read_note(figures / "source_labels.csv"))
+    assert "#C=3 label-quantity partition" in sources_note and "IID equal partition" not in sources_note
+    label_note = " ".join(read_note(figures / "label_shift.csv"))
+    assert "η = 0.45" in label_note and "one of the 2 these runs use" in label_note  # the first of η 0.45 and 0
 
 
 @pytest.mark.timeout(900)

@@ -12,7 +12,7 @@ from fda_core.common import files
 from fda_core.common.files import write_table
 from fda_core.common.store import ResultStore
 from fda_core.data import datasets
-from fda_core.workbook.reports import auto_beta_report, committed_table, compare_methods
+from fda_core.workbook.reports import auto_beta_report, committed_table, compare_methods, data_description
 
 
 class Blobs(datasets.FDADataset):
@@ -30,6 +30,10 @@ class Blobs(datasets.FDADataset):
             y = torch.randint(0, 3, (n,), generator=g)
             x = torch.randn(n, 1, 4, 4, generator=g) + (y[:, None, None, None] - 1) * (0.6 + 0.4 * e)
             self.datasets.append((x, y))
+        self.n, self.seed = n, seed
+
+    def describe(self) -> str:
+        return f"TestBlobs of {self.n} examples per environment, seed {self.seed}."
 
 
 @pytest.fixture(autouse=True)
@@ -76,6 +80,28 @@ def test_compare_methods_writes_table_figure_and_generated_notes(tmp_path, monke
     betas = auto_beta_report(a, out_dir=tmp_path / "fig", figure_name="betas")
     assert set(betas["rule"]) == {"fedgp_auto"} and betas["beta"].between(0, 1).all()
     assert (tmp_path / "fig" / "betas.png").exists()
+
+
+def test_the_notes_describe_the_data_set_of_the_first_run_and_say_when_there_are_more(tmp_path):
+    """``describe_data``: the CSV note gives the description of the data set the first run used (built from its
+    resolved config: the variant's options, the trial's seed under ``data_seed="per_trial"``), before ``note``; where
+    the runs use several data sets, it says of how many it is the first."""
+    variants = [{"dataset_options": {"n": 90}}, {"dataset_options": {"n": 60}}]
+    res = compare_methods(["fedda"], BASE, across="target", targets=["e0"], seeds=[3, 4], variants=variants,
+                          experiment="d", describe_data=True, note="more", data_seed="per_trial", out_dir=tmp_path,
+                          table_name="d", progress=False)
+    note = [line.lstrip("# ") for line in (tmp_path / "d.csv").read_text().splitlines() if line.startswith("#")]
+    first = note.index("TestBlobs of 90 examples per environment, seed 3.")
+    assert note[first + 1] == ('The description is of the first run\'s data set, one of the 4 these runs use (the '
+                               '"varies:" line gives each run\'s options).')
+    assert note[first + 2] == "more" and any(line.startswith("varies: ") for line in note[:first])
+    one = compare_methods(["fedda"], BASE, across="target", targets=["e0", "e1"], experiment="d", describe_data=True,
+                          progress=False)
+    assert "TestBlobs of 120 examples per environment, seed 0." in one.note and "one of the" not in one.note
+    assert "examples per environment" not in compare_methods(["fedda"], BASE, across="target", targets=["e0"],
+                                                             experiment="d", progress=False).note  # off by default
+    with pytest.raises(ValueError, match="configs must hold at least one"):
+        data_description([])
 
 
 def test_compare_methods_beside_the_paper_and_bad_plot(tmp_path):

@@ -9,6 +9,7 @@ call here, :func:`compare_methods`, returning a :class:`Comparison` for the note
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,8 +21,8 @@ import pandas as pd
 from ..common.checks import check_int
 from ..common.files import read_note, resolve_output, write_table, write_timings
 from ..common.store import ResultStore
-from ..data.datasets import FDADataset, train_pool_size
-from ..experiments.federated import run_many, sweep_configs, target_index
+from ..data.datasets import FDADataset, get_dataset, train_pool_size
+from ..experiments.federated import make_config, run_many, sweep_configs, target_index
 from ..experiments.methods import get_method, paper_label
 from ..experiments.paper_numbers import beside_paper, paper_setting, paper_table
 from ..experiments.personalisation import SOURCE_SWEEP_GRID, compute_sweep_runs, source_sweep, sweep_run_configs
@@ -30,7 +31,7 @@ from ..experiments.tables import (RUN_COLUMNS, beta_table, format_value, results
 from ..experiments.worker_pool import check_workers
 from ..viz.plotting import plot_accuracy_vs_shift, plot_beta_grid, plot_method_bars, save_figure
 
-__all__ = ["Comparison", "compare_methods", "CommittedTable", "committed_table", "target_train_pool", "counts_within_pool", "auto_beta_report", "SourceSweep", "planned_sweep_note", "read_committed_sweep", "source_sweep_report",
+__all__ = ["Comparison", "compare_methods", "data_description", "CommittedTable", "committed_table", "target_train_pool", "counts_within_pool", "auto_beta_report", "SourceSweep", "planned_sweep_note", "read_committed_sweep", "source_sweep_report",
            "STATISTICS"]
 
 #: The per-run statistics a comparison can tabulate (columns of
@@ -87,6 +88,26 @@ def _beside_paper(means: pd.DataFrame, paper: str, aliases: Mapping[str, str] | 
     return joined
 
 
+def data_description(configs: Sequence[Mapping[str, Any]]) -> str:
+    """The description (``describe()``) of the data set of ``configs[0]`` (run configs, as
+    :func:`fda_core.experiments.federated.sweep_configs` makes them), built from its resolved ``dataset`` and
+    ``dataset_options``; where the configs use more than one data set, a sentence after it says that it is the first
+    of how many, and that a CSV note's "varies:" line gives every run's options. For the CSV notes: a description
+    written once for a notebook (its headline noise, say) would describe other runs than a section's (2026-12-02:
+    notebook 05's notes gave noise 0.4 and the IID partition for the runs at 0.6 and with label-quantity sources)."""
+    if not configs:
+        raise ValueError("configs must hold at least one run's config, got none")
+    resolved = [make_config(**c) for c in configs]  # the defaults filled in, as the runs get them
+    keys = list(dict.fromkeys(json.dumps([c["dataset"], c["dataset_options"]], sort_keys=True, default=repr)
+                              for c in resolved))
+    first = resolved[0]
+    text = get_dataset(first["dataset"], **first["dataset_options"]).describe()
+    if len(keys) > 1:
+        text += (f"\nThe description is of the first run's data set, one of the {len(keys)} these runs use (the "
+                 f"\"varies:\" line gives each run's options).")
+    return text
+
+
 def _row_order(methods: Sequence[Any], configs: Sequence[Mapping[str, Any]], labels: Sequence[Mapping[str, Any]]) -> list[str]:
     """The table's rows: the labels the runs carry, grouped by method in the order of ``methods`` (the first spec of
     each canonical method), in order of appearance within a method; so a label that only some variants run (a
@@ -130,6 +151,7 @@ def compare_methods(
     per_method: Mapping[str, Mapping[str, Any]] | None = None,
     workers: int = 1,
     data_seed: str = "fixed",
+    describe_data: bool = False,
 ) -> Comparison:
     """Run every (variant × target × method × seed) through the result store and report it.
 
@@ -160,8 +182,10 @@ def compare_methods(
             named variants (:data:`fda_core.experiments.paper_numbers.SCRIPTS_TARGET_ONLY`: the FedGP paper's
             semi-synthetic scripts train Target only after their warm-up); other labels match by
             :func:`fda_core.experiments.methods.paper_label`.
-        note: more lines for the CSV notes (e.g. the data's description), after the setting generated from the
-            resolved configs; with ``paper`` the published table's source and setting follow.
+        note: more lines for the CSV notes, after the setting generated from the resolved configs; with ``paper``
+            the published table's source and setting follow.
+        describe_data: begin those lines with the description of the first run's data set (:func:`data_description`,
+            built from that run's resolved config, so it gives the noise, partition and seed the runs used).
         out_dir, table_name, figure_name: write ``<table_name>.csv`` (the table) and ``<figure_name>.png/
             .pdf/.csv`` (the figure and the per-run table) into ``out_dir``; ``runs_name``: also write the
             per-run table as ``<runs_name>.csv`` (for a comparison without a figure).
@@ -184,6 +208,8 @@ def compare_methods(
     configs, labels = sweep_configs(base, methods, targets=targets, seeds=seeds, variants=variants, tuned=tuned,
                                     per_method=per_method, data_seed=data_seed)
     columns = set(RUN_COLUMNS).union(*labels)  # the per-run table's columns (results_table), known before any run
+    if describe_data:
+        note = "\n".join(x for x in (data_description(configs), note) if x)
     if panel is not None and (panel in (by, across) or panel not in columns):
         raise ValueError(f"panel must be a column of the runs other than by={by!r} and across={across!r}, got {panel!r}")
     if store is not None and not isinstance(store, ResultStore):
