@@ -968,6 +968,16 @@ def test_reproduction_doc_quotes_finetune_offline_last_layer_on_fashion_mnist():
     says(flat, f"-p ablations '[\"source_labels\"]' -p ablation_trials {len(seeds)} -p source_label_counts "
                f"'{json.dumps(counts)}' -p methods '[\"finetune_offline\", {{\"finetune_offline\": {{\"freeze\": true}}}}]' "
                f"-p figures_dir {folder.relative_to(ROOT)}`, {len(runs)} runs")
+    import ast
+
+    notebook = json.loads((ROOT / "notebooks" / "05_semi_synthetic.ipynb").read_text(encoding="utf-8"))
+    cell = next("".join(c["source"]) for c in notebook["cells"] if "FINETUNE_FREEZE_RUN = (" in "".join(c["source"]))
+    names: dict[str, str] = {}
+    for node in ast.parse(cell).body:  # the notebook's folder and the command it prints with the committed table
+        if isinstance(node, ast.Assign) and node.targets[0].id in ("FINETUNE_FREEZE", "FINETUNE_FREEZE_RUN"):
+            names[node.targets[0].id] = eval(compile(ast.Expression(node.value), "cell", "eval"), {}, dict(names))
+    assert names["FINETUNE_FREEZE"] == str(folder.relative_to(ROOT))
+    says(flat, f"(`{names['FINETUNE_FREEZE_RUN']}`, {len(runs)} runs")
     full, last = "Finetune_Offline", "Finetune_Offline (last layer only)"
     assert set(runs["method"]) == {full, last}
     config = [c for c in runs.columns if c not in ("method", "final_acc", "last5_acc", "trial")]
