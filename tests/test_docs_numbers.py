@@ -1008,15 +1008,18 @@ def test_reproduction_doc_quotes_finetune_offline_last_layer_on_fashion_mnist():
                                                                           values="final_acc")["final_acc"]
     added = per[last] - source_only
     assert (added > 0).all()
-    says(flat, f"it adds to Source only in all {len(added)} pairs "
-               f"({words([f'{v:.1f}' for v in added.groupby(level=0).mean()])} points on average")
+    paper_added = paper - paper_table("SourceLabels").loc["Source only"]
+    averages = lambda gains: words([f"{v:.1f}" for v in gains.groupby(level=0).mean()])  # noqa: E731 - per k
+    says(flat, (f"it adds to Source only in all {len(added)} pairs ({averages(added)} points on average; the full form "
+                f"{averages(per[full] - source_only)}; the paper's {words([f'{paper_added[k]:.1f}' for k in counts])})"
+                ).replace("-", "−"))
     # the earlier run on the Intel Xeon's kernels: what they move, per form
     xeon = FIGURES / "05_semi_synthetic" / "fashion_mnist_finetune_freeze_xeon"
     assert recorded(xeon) != recorded(folder)
     other = _csv(xeon / "source_labels.csv").pivot_table(index=["source_labels", "seed"], columns="method", values="final_acc")
     moved = (other - per.loc[other.index]).round(1)
     says(flat, f"the same command with `source_label_counts '{json.dumps(sorted(set(other.index.get_level_values(0))))}'` and that folder")
-    minus = lambda v: f"{v:.1f}".replace("-", "−")  # noqa: E731
+    minus = lambda v: f"{v:.1f}".replace("-", "−")  # noqa: E731 - not the whole phrase: "last-layer" keeps its hyphen
     says(flat, f"the full form {minus(moved[full].min())} to {minus(moved[full].max())} points per seed, the last-layer "
                f"form {minus(moved[last].min())} to {minus(moved[last].max())}")
     halves = {k: ci95(per.loc[k, last].tolist()) for k in counts}
