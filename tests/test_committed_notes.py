@@ -27,7 +27,7 @@ STALE = {
     **{f"fashion_mnist_ablations/{n}.csv": _ABLATIONS
        for n in ("projection_filtering", "projection_filtering_table", "source_labels", "source_labels_table",
                  "target_samples")},
-    "fashion_mnist_ablations_noise_0.6/target_samples.csv": "notebook 05's TABLE_3_NOISE_06_RUN",
+    "fashion_mnist_ablations_noise_0.6_xeon/target_samples.csv": "notebook 05's TABLE_3_NOISE_06_RUN on an Intel Xeon VM",
     **{f"fashion_mnist_finetune_freeze_xeon/{n}.csv": "docs/reproduction.md, Finetune_Offline's last-layer form"
        for n in ("source_labels", "source_labels_table")},
     **{f"{folder}/{n}.csv": "the command in docs/reproduction.md naming this folder"
