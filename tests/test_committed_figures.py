@@ -4,7 +4,8 @@
 of code that moves a committed number (a config key added to Flower's messages grew notebook 09's message sizes by
 27 bytes, found only by ``make check-figures``) could land unnoticed. The notebooks whose default run is cheap enough are
 re-executed here with their default parameters (a fresh result store, so every run is recomputed) and their CSVs
-compared byte for byte with the committed ones.
+compared byte for byte with the committed ones. The runs go side by side, one kernel per core, when the first guard
+starts (:func:`regenerations`).
 
 The committed figures are those of ``make figures``: one torch thread per kernel (README § Performance; thread
 counts move the last digits of CPU results), so the kernels here get ``OMP_NUM_THREADS=1`` too.
@@ -18,6 +19,9 @@ matches that notebook's, and skips it, naming both, elsewhere: so figures regene
 checked on that kind, and the others' on theirs.
 """
 
+import concurrent.futures
+import importlib.util
+import os
 from pathlib import Path
 
 import papermill as pm
@@ -52,6 +56,10 @@ EXTRA = {"04_real_data": {"reference_budget_check_mnist_cnn.csv": _CNN_CHECK,
 #: parameters beyond the defaults: the checks a notebook keeps out of the main job, whose committed CSVs the default
 #: run shows but does not make (notebook 04's reference-budget check, `fda run 04 -p reference_check true`)
 PARAMS = {"04_real_data": {"reference_check": True}}
+#: minutes each guard's run took on one thread where it last ran (docs/performance.md § Test suite): only their
+#: order matters, the order in which the runs start side by side (longest first, so the others fit beside it)
+GUARD_MINUTES = {"01_delta_errors": 1.0, "02_phase_diagram": 8.0, "03_unbiased_estimators": 1.4, "04_real_data": 16.3,
+                 "06_inb_translation": 11.5, "07_auxiliary_tasks": 4.3, "09_flower": 1.1}
 
 pytestmark = pytest.mark.slow
 
@@ -64,38 +72,83 @@ def this_machines_kernels() -> str:
     return fingerprint()
 
 
-def _skip_unless_same_kernels(committed: Path, here: str) -> None:
+def _committed_folder(stem: str) -> Path:
+    """The folder of ``stem``'s committed figures (its declared ``figures_dir`` default)."""
+    declared = pm.inspect_notebook(str(ROOT / "notebooks" / f"{stem}.ipynb"))
+    return ROOT / Path(declared["figures_dir"]["default"].strip("\"'"))
+
+
+def _why_not_here(stem: str, here: str) -> str | None:
+    """Why ``stem``'s guard cannot run on this machine (a package it needs is missing, or this machine's float
+    kernels ``here`` are not those that made its committed files), or None when it can."""
     from fda_core.workbook.float_kernels import recorded
 
-    made_by = recorded(committed)
+    package = CHEAP[stem]
+    if package is not None and importlib.util.find_spec(package) is None:
+        return f"{stem} needs {package}, which is not installed"
+    made_by = recorded(_committed_folder(stem))
     if here != made_by:
-        pytest.skip(f"this CPU's float kernels differ from those that made {committed.name} (fingerprint {here} "
-                    f"here, {made_by} recorded); byte identity cannot hold here")
+        return (f"this CPU's float kernels differ from those that made {_committed_folder(stem).name} (fingerprint "
+                f"{here} here, {made_by} recorded); byte identity cannot hold here")
+    return None
 
 
-@pytest.mark.timeout(3600)  # a hang's bound: notebook 04 alone took 19 min on one thread of the slower 2-core VMs in CI
-@pytest.mark.parametrize("stem", sorted(CHEAP))
-def test_default_run_reproduces_the_committed_csvs(stem, tmp_path, this_machines_kernels):
-    if CHEAP[stem] is not None:
-        pytest.importorskip(CHEAP[stem])
+def _regenerate(stem: str, work: Path):
+    """``stem``'s default run (plus :data:`PARAMS`) into ``work``: a fresh figures folder and result store, one
+    torch thread."""
     from fda_core.workbook.runner import execute
 
     nb = ROOT / "notebooks" / f"{stem}.ipynb"
     declared = pm.inspect_notebook(str(nb))
-    committed = ROOT / Path(declared["figures_dir"]["default"].strip("\"'"))
-    _skip_unless_same_kernels(committed, this_machines_kernels)
-    params = {"figures_dir": str(tmp_path / "figures"), **PARAMS.get(stem, {})}
+    params = {"figures_dir": str(work / "figures"), **PARAMS.get(stem, {})}
     if "results_dir" in declared:
-        params["results_dir"] = str(tmp_path / "results")
-    res = execute(nb, tmp_path / nb.name, params, cwd=ROOT, progress_bar=False, execution_timeout=2400,
-                  stall_timeout=120, kernel_env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+        params["results_dir"] = str(work / "results")
+    return execute(nb, work / nb.name, params, cwd=ROOT, progress_bar=False, execution_timeout=2400,
+                   stall_timeout=120, kernel_env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+
+
+_GUARD = "test_default_run_reproduces_the_committed_csvs"
+
+
+@pytest.fixture(scope="module")
+def regenerations(request, tmp_path_factory, this_machines_kernels):
+    """The default runs of the selected guards that can run here, started side by side when the first guard
+    runs: one kernel per core (each of one thread, as before, so the numbers are the same), longest first
+    (:data:`GUARD_MINUTES`). One after another they left the second core idle for their whole length: the guards of
+    06, 02 and 03 took 1,005 s so and 671 s side by side on the 2-core VM of 2026-12-03 (docs/performance.md § Test
+    suite). stem → (the future of the run's result, its figures folder)."""
+    selected = [item.callspec.params["stem"] for item in request.session.items
+                if getattr(item, "originalname", None) == _GUARD and hasattr(item, "callspec")]
+    runnable = sorted((s for s in set(selected) if _why_not_here(s, this_machines_kernels) is None),
+                      key=lambda s: (-GUARD_MINUTES[s], s))
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(len(runnable), os.cpu_count() or 1)),
+                                                 thread_name_prefix="guard")
+    runs = {}
+    for stem in runnable:
+        work = tmp_path_factory.mktemp(stem)
+        runs[stem] = (pool.submit(_regenerate, stem, work), work / "figures")
+    yield runs
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+# a hang's bound: notebook 04 alone took 19 min on one thread of the slower 2-core VMs in CI, and the first guard
+# to run may wait for the others' runs side by side
+@pytest.mark.timeout(3600)
+@pytest.mark.parametrize("stem", sorted(CHEAP))
+def test_default_run_reproduces_the_committed_csvs(stem, this_machines_kernels, regenerations):
+    reason = _why_not_here(stem, this_machines_kernels)
+    if reason is not None:
+        pytest.skip(reason)
+    committed = _committed_folder(stem)
+    future, figures = regenerations[stem]
+    res = future.result()
     assert res.ok, f"{stem} failed: {res.error_summary()}"
     extra = EXTRA.get(stem, {})
     assert all((committed / n).exists() for n in extra), f"an EXTRA file of {stem} is not committed"
     names = sorted(p.name for p in committed.glob("*.csv") if p.name not in extra)
     assert names, f"no committed CSV under {committed}"
-    assert names == sorted(p.name for p in (tmp_path / "figures").glob("*.csv"))
-    stale = [n for n in names if (committed / n).read_bytes() != (tmp_path / "figures" / n).read_bytes()]
+    assert names == sorted(p.name for p in figures.glob("*.csv"))
+    stale = [n for n in names if (committed / n).read_bytes() != (figures / n).read_bytes()]
     assert not stale, (f"{stem}: the committed {', '.join(stale)} differ from what the code makes now; "
                        f"regenerate with `fda run {stem[:2]}` (one thread: OMP_NUM_THREADS=1) and commit them")
 
@@ -117,3 +170,10 @@ def test_the_commands_named_for_extra_files_and_the_guard_parameters_are_valid(f
     for stem, params in PARAMS.items():
         declared = pm.inspect_notebook(str(ROOT / "notebooks" / f"{stem}.ipynb"))
         assert set(params) <= set(declared), (stem, sorted(set(params) - set(declared)))
+
+
+def test_every_guard_has_its_minutes():
+    """:func:`regenerations` orders the runs by :data:`GUARD_MINUTES`: a guard added to :data:`CHEAP` without its
+    minutes would fail there, on the kind of machine that made its files only."""
+    assert set(GUARD_MINUTES) == set(CHEAP)
+    assert all(m > 0 for m in GUARD_MINUTES.values())
