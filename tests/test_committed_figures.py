@@ -72,10 +72,16 @@ def this_machines_kernels() -> str:
     return fingerprint()
 
 
+def committed_folder(notebook: Path) -> Path:
+    """The folder of ``notebook``'s committed figures: its default ``figures_dir``, resolved as ``fda run`` resolves
+    it (:func:`fda_core.workbook.staging.plan_staging`)."""
+    from fda_core.workbook.staging import plan_staging
+
+    return plan_staging(notebook, {}, ROOT).destination
+
+
 def _committed_folder(stem: str) -> Path:
-    """The folder of ``stem``'s committed figures (its declared ``figures_dir`` default)."""
-    declared = pm.inspect_notebook(str(ROOT / "notebooks" / f"{stem}.ipynb"))
-    return ROOT / Path(declared["figures_dir"]["default"].strip("\"'"))
+    return committed_folder(ROOT / "notebooks" / f"{stem}.ipynb")
 
 
 def _why_not_here(stem: str, here: str) -> str | None:
@@ -86,9 +92,10 @@ def _why_not_here(stem: str, here: str) -> str | None:
     package = CHEAP[stem]
     if package is not None and importlib.util.find_spec(package) is None:
         return f"{stem} needs {package}, which is not installed"
-    made_by = recorded(_committed_folder(stem))
+    committed = _committed_folder(stem)
+    made_by = recorded(committed)
     if here != made_by:
-        return (f"this CPU's float kernels differ from those that made {_committed_folder(stem).name} (fingerprint "
+        return (f"this CPU's float kernels differ from those that made {committed.name} (fingerprint "
                 f"{here} here, {made_by} recorded); byte identity cannot hold here")
     return None
 

@@ -81,9 +81,9 @@ def test_notebook_executes_and_saves_figures(nb, out_root):
         assert png.with_suffix(".pdf").exists() and png.with_suffix(".csv").exists()
     # no committed result file outlives the code that wrote it: every CSV in the notebook's committed figures folder
     # is one its runs still write (the quick run writes the same files), or a documented non-default run's (EXTRA)
-    from test_committed_figures import EXTRA
+    from test_committed_figures import EXTRA, committed_folder
 
-    committed = ROOT / pm.inspect_notebook(str(nb))["figures_dir"]["default"].strip("\"'")
+    committed = committed_folder(nb)
     orphans = sorted(p.name for p in committed.glob("*.csv")
                      if p.name not in EXTRA.get(nb.stem, {}) and not (figures / p.name).exists())
     assert not orphans, f"{committed} holds CSVs that no run of {nb.name} writes any more: {orphans}"
