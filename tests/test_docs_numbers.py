@@ -1069,3 +1069,65 @@ def test_reproduction_doc_quotes_finetune_offline_last_layer_on_fashion_mnist():
     assert all(abs(paper[k] - means.loc[k, full]) <= h for k, h in zip(counts, full_halves))
     says(flat, f"{min(above):.1f} to {max(above):.1f} points above its mean, and inside the full form's only because "
                f"those are {min(full_halves):.1f} to {max(full_halves):.1f} points wide")
+
+
+def test_reproduction_doc_quotes_table_3_at_noise_0_6_over_five_seeds():
+    """docs/reproduction.md, "Five seeds at noise 0.6": the folder's seeds 0-2 are the three-seed run's 24 runs to the
+    last digit (same float kernels), its table is the runs' means and 95% half-widths beside the report's paper values,
+    and the verdicts, the cell outside and the margins the text quotes are the committed files'."""
+    from fda_core.workbook.float_kernels import recorded
+    from fda_core.workbook.reproduction import ci95
+
+    three_dir = FIGURES / "05_semi_synthetic" / "fashion_mnist_ablations_noise_0.6"
+    five_dir = three_dir.with_name(three_dir.name + "_5_seeds")
+    three, five = _csv(three_dir / "target_samples.csv"), _csv(five_dir / "target_samples.csv")
+    assert recorded(five_dir) == recorded(three_dir)
+    assert sorted(set(five["seed"])) == [0, 1, 2, 3, 4] and sorted(set(three["seed"])) == [0, 1, 2]
+    assert sorted(five.columns) == sorted(three.columns)
+    repeated = five[five["seed"] <= 2].merge(three, on=list(three.columns), how="inner")
+    assert len(repeated) == len(three) == 24  # every run and both accuracies to the last bit
+    text = (ROOT / "docs" / "reproduction.md").read_text(encoding="utf-8")
+    flat = " ".join(text.split())
+    says(flat, f"`-p ablation_trials 5` and `-p figures_dir {five_dir.relative_to(ROOT)}`")
+    says(flat, f"repeats the {len(three)} runs of seeds 0–2 to the last digit")
+    report = _csv(FIGURES / "reproduction.csv")
+    at_06 = report[report["table"].eq("Table 3 (labelled target samples, the paper's scripts, Fashion-MNIST)")
+                   & report["setting"].str.startswith("noise_std 0.6,")]
+    paper = {(m, int(s.split()[-1])): v for m, s, v in zip(at_06["method"], at_06["setting"], at_06["paper_value"])}
+    three_cells = {(m, int(s.split()[-1])): (mean, ci) for m, s, mean, ci in
+                   zip(at_06["method"], at_06["setting"], at_06["ours_mean"], at_06["ours_ci95"])}
+    cells = five.assign(method=five["method"].replace({"FedGP (cosine)": "FedGP"})).groupby(
+        ["method", "n_target_labeled"])["final_acc"].agg(["mean", ci95])
+    doc = markdown_table(text, "| Table 3, noise 0.6, seeds 0–4: labelled target samples | 100 | 200 | 500 | 1,000 |")
+    assert [r[0] for r in doc] == ["FedDA", "FedGP"]
+    for method, *row in doc:
+        for n, cell in zip((100, 200, 500, 1000), row):
+            ours, stated_paper = (c.strip() for c in cell.split("/"))
+            mean, _, ci = ours.partition("±")
+            assert close(number(mean), cells.loc[(method, n), "mean"]) and close(number(ci), cells.loc[(method, n), "ci95"])
+            assert number(stated_paper) == pytest.approx(paper[(method, n)])
+    inside = {k: abs(paper[k] - cells.loc[k, "mean"]) <= cells.loc[k, "ci95"] for k in paper}
+    outside = [k for k, v in inside.items() if not v]
+    assert sorted(outside) == [("FedDA", 200), ("FedGP", 100), ("FedGP", 200), ("FedGP", 500)], outside
+    cell = ("FedGP", 200)  # the one cell three seeds left outside
+    runs = five[(five["method"] == "FedGP (cosine)") & (five["n_target_labeled"] == 200)].sort_values("seed")["final_acc"]
+    says(flat, "FedGP with 200 labels scores " + ", ".join(f"{v:.1f}" for v in runs.iloc[:-1])
+               + f" and {runs.iloc[-1]:.1f} at seeds 0–4: {cells.loc[cell, 'mean']:.1f} ± {cells.loc[cell, 'ci95']:.1f} "
+               f"against {paper[cell]:.2f} (three seeds: {three_cells[cell][0]:.1f} ± {three_cells[cell][1]:.1f})")
+    assert runs.max() < paper[cell]  # "every one of its five seeds under the paper"
+    widths = [cells.loc[k, "ci95"] / three_cells[k][1] for k in paper]
+    says(flat, f"half-widths are {min(widths):.2f} to {max(widths):.2f} times the three seeds', and with them only "
+               f"{sum(inside.values())} of the 8 cells hold the paper's value inside their interval")
+    under = [paper[("FedGP", n)] - cells.loc[("FedGP", n), "mean"] for n in (100, 200, 500)]
+    says(flat, f"FedGP is under the paper by {under[0]:.1f}, {under[1]:.1f} and {under[2]:.1f} points at 100, 200 and "
+               f"500 labels, outside its interval at each, and within it at 1,000 ({cells.loc[('FedGP', 1000), 'mean']:.1f}"
+               f" ± {cells.loc[('FedGP', 1000), 'ci95']:.1f} against {paper[('FedGP', 1000)]:.2f})")
+    fedda = ("FedDA", 200)
+    says(flat, f"FedDA at 200 labels lies {paper[fedda] - cells.loc[fedda, 'mean']:.1f} under, just outside "
+               f"({cells.loc[fedda, 'mean']:.1f} ± {cells.loc[fedda, 'ci95']:.1f})")
+    assert min(under) > 1 and max(under) < 4.05  # "1-4 points under the paper's up to 500 labels"
+    paired = five.pivot_table(index="n_target_labeled", columns=["method", "seed"], values="final_acc")
+    margin = paired["FedGP (cosine)"] - paired["FedDA"]
+    assert (margin > 0).all().all()
+    says(flat, f"FedGP is above FedDA at every count and every one of the five seeds, paired by seed by "
+               f"{margin.min().min():.1f} to {margin.max().max():.1f} points")
