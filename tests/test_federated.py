@@ -893,6 +893,38 @@ def test_input_noise_is_drawn_anew_every_round_on_the_target():
         NodeData(c)
 
 
+def test_a_held_out_test_set_tests_the_target_and_its_whole_client_trains(tmp_path, monkeypatch):
+    """NoisyFeatures(test_per_class=k) (docs/reproduction.md row 19): the engine tests the target on the data set's
+    held-out images, draws the labelled examples from its whole client (train_fraction does not apply; the sweep's
+    check allows all 450 and names the held-out set at 451), redraws the held-out images' noise every round with
+    noise_draw="per_round", and runs deterministically."""
+    opts = {"noise_std": 0.4, "noise_draw": "per_round", "test_per_class": 30}
+    kw = dict(dataset="NoisyFeatures", dataset_options=opts, rule="fedgp", rounds=2, warmup_rounds=0, model="mlp",
+              target_batch_size=8, source_lr=0.01, train_fraction=0.5)
+    ds = get_dataset("NoisyFeatures", **opts)
+    r = federated.Run(make_config(n_target_labeled=40, **kw), get_method("fedgp"))
+    t = r.target
+    assert torch.equal(t["clean"]["x_test"], ds.held_out_test[9][0]) and torch.equal(t["y_test"], ds.held_out_test[9][1])
+    assert t["x_train"].shape[0] == 470 and t["x_lab"].shape[0] == 40  # all 470 of the target's client
+    noise = t["x_test"] - t["clean"]["x_test"]
+    assert abs(noise.std().item() - 0.4) < 0.02
+    r.refresh_input_noise(1)
+    assert not torch.equal(t["x_test"] - t["clean"]["x_test"], noise)
+    a, b = (run_experiment(n_target_labeled=40, **kw) for _ in range(2))
+    assert a["history"] == b["history"] and a["n_target_test"] == 300 and a["n_target_labeled"] == 40
+    plain = run_experiment(n_target_labeled=40, **{**kw, "dataset_options": {"noise_std": 0.4, "noise_draw": "per_round"}})
+    assert plain["n_target_test"] == 250 and plain["history"] != a["history"]
+    calls = []
+    monkeypatch.setattr(federated, "run_experiment", lambda **cfg: calls.append(cfg) or {})
+    base = {**BASE, **kw, "target": None}
+    with pytest.raises(ValueError) as info:
+        run_many([{**base, "n_target_labeled": 470}, {**base, "n_target_labeled": 471}], store=tmp_path,
+                 experiment="p", progress=False)
+    assert "n_target_labeled must be an integer in [1, 470] (the train pool of target 'target' of 'NoisyFeatures': all (the data " \
+           "set holds its test set apart) of its 470 examples), got 471; nothing has run yet" in str(info.value)
+    assert calls == []
+
+
 @pytest.mark.parametrize("spec, rule", [("fedgp(projection='exact_layerwise')", "fedgp"),
                                         ("fedgp(projection='cosine')", "fedgp_cosine"), ("fedda", "fedda"),
                                         ("fedda(align=True)", "fedda")])

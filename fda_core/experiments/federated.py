@@ -318,11 +318,11 @@ def target_index(ds: Any, target: int | str | None = None) -> int:
 def check_configs_fit_data(configs: Sequence[Mapping[str, Any]], names: Sequence[str] | None = None) -> None:
     """Before the first run of a sweep: each resolved config (:func:`make_config`) names a target its data set
     has, and asks for no more labelled target examples than the target's train pool holds
-    (:func:`fda_core.data.datasets.train_pool_size`), else ValueError naming the run (``names``, one per
+    (:func:`fda_core.data.datasets.train_pool_of`), else ValueError naming the run (``names``, one per
     config), ``n_target_labeled`` and its allowed range. These are the checks a run would otherwise make only
     when it starts, after the sweep's earlier runs. Each distinct data set (name and options) is built once,
     here, and dropped again (a second or so for MNIST-5k's; the runs build their own)."""
-    from ..data.datasets import get_dataset, train_pool_size
+    from ..data.datasets import get_dataset, train_pool_of
 
     names = list(names) if names is not None else [f"config {i + 1}" for i in range(len(configs))]
     groups: dict[str, list[int]] = {}
@@ -344,32 +344,37 @@ def check_configs_fit_data(configs: Sequence[Mapping[str, Any]], names: Sequence
                 raise ValueError(f"{names[i]}: target: {exc}") from None
             size = int(ds[t][0].shape[0])  # the target's examples, as _prepare reads them
             try:
-                pool = train_pool_size(size, c["train_fraction"])
+                pool, fraction = train_pool_of(ds, t, c["train_fraction"])
             except ValueError as exc:
                 raise ValueError(f"{names[i]}: {exc}") from None
             n = c["n_target_labeled"]
             if n is not None and not 1 <= n <= pool:
+                share = ("all (the data set holds its test set apart)" if fraction != c["train_fraction"]
+                         else f"train_fraction {c['train_fraction']:g}")
                 raise ValueError(
                     f"{names[i]}: n_target_labeled must be an integer in [1, {pool}] (the train pool of target "
-                    f"{ds.ENVIRONMENTS[t]!r} of {c['dataset']!r}: train_fraction {c['train_fraction']:g} of its "
+                    f"{ds.ENVIRONMENTS[t]!r} of {c['dataset']!r}: {share} of its "
                     f"{size:,} examples), got {n!r}; nothing has run yet")
         del ds
 
 
 def _prepare(c: dict[str, Any], dataset: Any = None):
-    from ..data.datasets import get_dataset, labeled_split
+    from ..data.datasets import get_dataset, labeled_split, train_pool_of
     from ..data.models import get_model
 
     ds = dataset if dataset is not None else get_dataset(c["dataset"], **c["dataset_options"])
     t = target_index(ds, c["target"])
     device = resolve_device(c["device"])
     xt, yt = ds[t][:2]  # datasets with auxiliary labels return (x, y, aux); the target trains on y only
+    held = (getattr(ds, "held_out_test", None) or {}).get(t)  # a test set apart from the client: all of it trains
+    _, fraction = train_pool_of(ds, t, c["train_fraction"])
     lab, unlab, test = labeled_split(xt.shape[0], n_labeled=c["n_target_labeled"], fraction=c["target_fraction"],
-                                     train_fraction=c["train_fraction"], seed=c["seed"])
+                                     train_fraction=fraction, seed=c["seed"])
+    x_test, y_test = (xt[test], yt[test]) if held is None else held[:2]
     target = {
         "x_lab": xt[lab].to(device), "y_lab": yt[lab].to(device),
         "x_train": xt[torch.cat([lab, unlab])].to(device), "y_train": yt[torch.cat([lab, unlab])].to(device),
-        "x_test": xt[test].to(device), "y_test": yt[test].to(device),
+        "x_test": x_test.to(device), "y_test": y_test.to(device),
     }
     noise = dict(getattr(ds, "input_noise", None) or {})
     if any(i != t for i in noise):

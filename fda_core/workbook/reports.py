@@ -21,7 +21,7 @@ import pandas as pd
 from ..common.checks import check_int
 from ..common.files import read_note, resolve_output, write_table, write_timings
 from ..common.store import ResultStore
-from ..data.datasets import FDADataset, get_dataset, train_pool_size
+from ..data.datasets import FDADataset, get_dataset, train_pool_of
 from ..experiments.federated import make_config, run_many, sweep_configs, target_index
 from ..experiments.methods import get_method, paper_label
 from ..experiments.paper_numbers import beside_paper, paper_setting, paper_table
@@ -288,11 +288,12 @@ def committed_table(figures_dir: str | Path, name: str, command: str, *, index: 
 
 def target_train_pool(dataset: FDADataset, train_fraction: float, target: int | str | None = None) -> int:
     """How many of the target environment's examples form its train pool, the most labelled target examples a run
-    can ask for (``n_target_labeled``; :func:`fda_core.data.datasets.train_pool_size`, FedGP paper App. B.6).
+    can ask for (``n_target_labeled``; :func:`fda_core.data.datasets.train_pool_of`, FedGP paper App. B.6: all of them
+    when the data set holds the target's test set apart, e.g. NoisyFeatures ``test_per_class``).
     ``target`` is resolved as a run resolves it (:func:`fda_core.experiments.federated.target_index`: None means
     the data set's ``default_target``, else environment 0). Notebooks check their counts against it before any
     run starts."""
-    return train_pool_size(dataset.env_sizes()[target_index(dataset, target)], train_fraction)
+    return train_pool_of(dataset, target_index(dataset, target), train_fraction)[0]
 
 
 def counts_within_pool(counts: Sequence[int], pool: int, name: str, *, leave_out: bool = False) -> list[int]:

