@@ -55,6 +55,11 @@ def mismatches(note: list[str]) -> list[str]:
             labels = _first(r"source_labels: (\d+)", config)
             if labels is not None and f"#C={labels} " not in line:
                 found.append(f"sources of {labels} classes each ran, another partition described")
+            held = _first(r"test_per_class: (\d+)", config)
+            if (held is None) != ("held-out test set of the target" not in line) or (
+                    held is not None and f"test set of the target ({int(held):,} images of each class" not in line):
+                found.append("no held-out test set ran, one described" if held is None
+                             else f"a held-out test set of {held} images per class ran, another described")
         elif line.startswith("LabelShift (FedGP paper"):
             described, ran = _first(r"η = ([0-9.]+);", line), _first(r"eta: ([0-9.]+)", config)
             if described is not None and ran is not None and float(described) != float(ran):
@@ -72,6 +77,13 @@ def test_the_check_finds_what_it_checks():
     quantity = varies.replace("seed: 0}", "seed: 0, source_labels: 3}")
     assert mismatches([same, quantity, noisy.format(0.6)]) == ["sources of 3 classes each ran, another partition described"]
     assert mismatches([same, quantity, noisy.format(0.6).replace("IID equal partition", "NIID-Bench's #C=3 label")]) == []
+    held = varies.replace("seed: 0}", "seed: 0, test_per_class: 1000}")
+    held_text = noisy.format(0.6).replace("10 clients;", "10 clients, cut from the base less a held-out test set of the "
+                                          "target (1,000 images of each class, 10,000 in all);")
+    assert mismatches([same, held, held_text]) == []
+    assert mismatches([same, held, noisy.format(0.6)]) == ["a held-out test set of 1000 images per class ran, another described"]
+    assert mismatches([same, varies, held_text]) == ["no held-out test set ran, one described"]
+    assert mismatches([same, held.replace("1000", "500"), held_text]) != []
     shift = "LabelShift (FedGP paper Sec. 5.2): MNIST-5k; D1 = classes [6, 8, 9]; η = {}; seed 0."
     etas = "varies: dataset_options in [{base: mnist, eta: 0.45}, {base: mnist, eta: 0}]"
     assert mismatches([same, etas, shift.format(0.45)]) == []
