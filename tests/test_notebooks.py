@@ -290,9 +290,10 @@ def test_semi_synthetic_default_sections_show_the_committed_paper_settings_test(
     fashion = ROOT / "figures" / "05_semi_synthetic" / "fashion_mnist_ablations"
     noise_06 = fashion.with_name("fashion_mnist_ablations_noise_0.6")  # Table 3 at the paper's 0.6, a run of its own
     noise_06_5 = fashion.with_name("fashion_mnist_ablations_noise_0.6_5_seeds")  # the same, for seeds 0-4
+    held_out = fashion.with_name("fashion_mnist_table_3_noise_0.6_held_out_test")  # seeds 0-4, the scripts' test set
     freeze = fashion.with_name("fashion_mnist_finetune_freeze")  # Finetune_Offline's two forms on Table 5's runs
     for folder, shown, run_file in ((fashion, "target_samples", "target_samples"), (noise_06, "target_samples", "target_samples"),
-                                    (noise_06_5, "target_samples", "target_samples"),
+                                    (noise_06_5, "target_samples", "target_samples"), (held_out, "target_samples", "target_samples"),
                                     (fashion, "projection_filtering_table", "projection_filtering"),
                                     (fashion, "source_labels_table", "source_labels"),
                                     (freeze, "source_labels_table", "source_labels")):
@@ -306,6 +307,8 @@ def test_semi_synthetic_default_sections_show_the_committed_paper_settings_test(
         if run_file == "target_samples":  # Table 3's noise levels: the default 0.4 unless the command says
             noises = sorted(set(run["noise_std"]))
             assert (noises == [0.4]) != (f"-p target_sample_noises '{json.dumps(noises)}'" in command), (line, noises)
+            held = sorted(set(run["test_per_class"].dropna())) if "test_per_class" in run else []  # row 19
+            assert held in ([], [1000]) and bool(held) == (" -p noisy_test_per_class 1000" in command), (line, held)
     # the repository's folder: its committed budget check, table and figure are shown
     params["figures_dir"] = "figures/05_semi_synthetic"
     committed = ROOT / "figures" / "05_semi_synthetic"

@@ -59,7 +59,7 @@ def _per_class_split(y: Tensor, n: int, num_classes: int, g: torch.Generator, na
                      base_text: str) -> tuple[Tensor, Tensor]:
     """(chosen, rest): a seeded random ``n`` examples of every class and the others, each sorted (indices into
     ``y``). Each class's examples are shuffled by ``g`` and its first ``n`` chosen. ValueError naming parameter
-    ``name`` when a class holds fewer than ``n`` (or, for a held-out test set, leaves none)."""
+    ``name`` when a class holds fewer than ``n``."""
     sizes = torch.bincount(y, minlength=num_classes)
     if n > int(sizes.min()):
         raise ValueError(f"{name} must be in [1, {int(sizes.min()):,}] (the smallest class of {base_text}), got {n!r}")
