@@ -1071,12 +1071,40 @@ def test_reproduction_doc_quotes_finetune_offline_last_layer_on_fashion_mnist():
                f"those are {min(full_halves):.1f} to {max(full_halves):.1f} points wide")
 
 
+def _table_3_paper_at_noise_0_6() -> dict[tuple[str, int], float]:
+    """(method, labelled count) → the paper's Table 3 value at noise 0.6, as the report sets it."""
+    report = _csv(FIGURES / "reproduction.csv")
+    at_06 = report[report["table"].eq("Table 3 (labelled target samples, the paper's scripts, Fashion-MNIST)")
+                   & report["setting"].str.startswith("noise_std 0.6,")]
+    return {(m, int(s.split()[-1])): v for m, s, v in zip(at_06["method"], at_06["setting"], at_06["paper_value"])}
+
+
+def _table_3_cells(runs: pd.DataFrame) -> pd.DataFrame:
+    """Mean and 95% half-width of final_acc per (method, labelled count), FedGP under the paper's name."""
+    from fda_core.workbook.reproduction import ci95
+
+    return runs.assign(method=runs["method"].replace({"FedGP (cosine)": "FedGP"})).groupby(
+        ["method", "n_target_labeled"])["final_acc"].agg(["mean", ci95])
+
+
+def _check_table_3_doc_table(text: str, header: str, cells: pd.DataFrame, paper: dict) -> None:
+    """The doc's "ours / paper" table under ``header``: FedDA and FedGP at 100–1,000 labels, each cell the runs' mean
+    ± half-width and the report's paper value."""
+    doc = markdown_table(text, header)
+    assert [r[0] for r in doc] == ["FedDA", "FedGP"]
+    for method, *row in doc:
+        for n, cell in zip((100, 200, 500, 1000), row):
+            ours, stated_paper = (c.strip() for c in cell.split("/"))
+            mean, _, ci = ours.partition("±")
+            assert close(number(mean), cells.loc[(method, n), "mean"]) and close(number(ci), cells.loc[(method, n), "ci95"])
+            assert number(stated_paper) == pytest.approx(paper[(method, n)])
+
+
 def test_reproduction_doc_quotes_table_3_at_noise_0_6_over_five_seeds():
     """docs/reproduction.md, "Five seeds at noise 0.6": the folder's seeds 0-2 are the three-seed run's 24 runs to the
     last digit (same float kernels), its table is the runs' means and 95% half-widths beside the report's paper values,
     and the verdicts, the cell outside and the margins the text quotes are the committed files'."""
     from fda_core.workbook.float_kernels import recorded
-    from fda_core.workbook.reproduction import ci95
 
     three_dir = FIGURES / "05_semi_synthetic" / "fashion_mnist_ablations_noise_0.6"
     five_dir = three_dir.with_name(three_dir.name + "_5_seeds")
@@ -1093,19 +1121,12 @@ def test_reproduction_doc_quotes_table_3_at_noise_0_6_over_five_seeds():
     report = _csv(FIGURES / "reproduction.csv")
     at_06 = report[report["table"].eq("Table 3 (labelled target samples, the paper's scripts, Fashion-MNIST)")
                    & report["setting"].str.startswith("noise_std 0.6,")]
-    paper = {(m, int(s.split()[-1])): v for m, s, v in zip(at_06["method"], at_06["setting"], at_06["paper_value"])}
+    paper = _table_3_paper_at_noise_0_6()
     three_cells = {(m, int(s.split()[-1])): (mean, ci) for m, s, mean, ci in
                    zip(at_06["method"], at_06["setting"], at_06["ours_mean"], at_06["ours_ci95"])}
-    cells = five.assign(method=five["method"].replace({"FedGP (cosine)": "FedGP"})).groupby(
-        ["method", "n_target_labeled"])["final_acc"].agg(["mean", ci95])
-    doc = markdown_table(text, "| Table 3, noise 0.6, seeds 0–4: labelled target samples | 100 | 200 | 500 | 1,000 |")
-    assert [r[0] for r in doc] == ["FedDA", "FedGP"]
-    for method, *row in doc:
-        for n, cell in zip((100, 200, 500, 1000), row):
-            ours, stated_paper = (c.strip() for c in cell.split("/"))
-            mean, _, ci = ours.partition("±")
-            assert close(number(mean), cells.loc[(method, n), "mean"]) and close(number(ci), cells.loc[(method, n), "ci95"])
-            assert number(stated_paper) == pytest.approx(paper[(method, n)])
+    cells = _table_3_cells(five)
+    _check_table_3_doc_table(text, "| Table 3, noise 0.6, seeds 0–4: labelled target samples | 100 | 200 | 500 | 1,000 |",
+                             cells, paper)
     inside = {k: abs(paper[k] - cells.loc[k, "mean"]) <= cells.loc[k, "ci95"] for k in paper}
     outside = [k for k, v in inside.items() if not v]
     assert sorted(outside) == [("FedDA", 200), ("FedGP", 100), ("FedGP", 200), ("FedGP", 500)], outside
@@ -1139,7 +1160,6 @@ def test_reproduction_doc_quotes_table_3_at_noise_0_6_with_the_scripts_clients_a
     report's paper values; the moves against the five-seed run, the cells outside and the margins the text quotes are
     the committed files'."""
     from fda_core.workbook.float_kernels import recorded
-    from fda_core.workbook.reproduction import ci95
 
     five_dir = FIGURES / "05_semi_synthetic" / "fashion_mnist_ablations_noise_0.6_5_seeds"
     held_dir = five_dir.with_name("fashion_mnist_table_3_noise_0.6_held_out_test")
@@ -1152,25 +1172,10 @@ def test_reproduction_doc_quotes_table_3_at_noise_0_6_with_the_scripts_clients_a
     text = (ROOT / "docs" / "reproduction.md").read_text(encoding="utf-8")
     flat = " ".join(text.split())
     says(flat, f"`-p noisy_test_per_class 1000` and `-p figures_dir {held_dir.relative_to(ROOT)}`")
-    report = _csv(FIGURES / "reproduction.csv")
-    at_06 = report[report["table"].eq("Table 3 (labelled target samples, the paper's scripts, Fashion-MNIST)")
-                   & report["setting"].str.startswith("noise_std 0.6,")]
-    paper = {(m, int(s.split()[-1])): v for m, s, v in zip(at_06["method"], at_06["setting"], at_06["paper_value"])}
-
-    def cells_of(runs):
-        return runs.assign(method=runs["method"].replace({"FedGP (cosine)": "FedGP"})).groupby(
-            ["method", "n_target_labeled"])["final_acc"].agg(["mean", ci95])
-
-    cells, before = cells_of(held), cells_of(five)
-    doc = markdown_table(text, "| Table 3, noise 0.6, seeds 0–4, the scripts' clients and test set: labelled target "
-                               "samples | 100 | 200 | 500 | 1,000 |")
-    assert [r[0] for r in doc] == ["FedDA", "FedGP"]
-    for method, *row in doc:
-        for n, cell in zip((100, 200, 500, 1000), row):
-            ours, stated_paper = (c.strip() for c in cell.split("/"))
-            mean, _, ci = ours.partition("±")
-            assert close(number(mean), cells.loc[(method, n), "mean"]) and close(number(ci), cells.loc[(method, n), "ci95"])
-            assert number(stated_paper) == pytest.approx(paper[(method, n)])
+    paper = _table_3_paper_at_noise_0_6()
+    cells, before = _table_3_cells(held), _table_3_cells(five)
+    _check_table_3_doc_table(text, "| Table 3, noise 0.6, seeds 0–4, the scripts' clients and test set: labelled "
+                                   "target samples | 100 | 200 | 500 | 1,000 |", cells, paper)
     moves = {m: [cells.loc[(m, n), "mean"] - before.loc[(m, n), "mean"] for n in (100, 200, 500, 1000)]
              for m in ("FedGP", "FedDA")}
     signed = lambda v: f"{v:.1f}".replace("-", "−")  # noqa: E731  (the doc's minus sign)

@@ -896,7 +896,7 @@ def test_input_noise_is_drawn_anew_every_round_on_the_target():
 def test_a_held_out_test_set_tests_the_target_and_its_whole_client_trains(tmp_path, monkeypatch):
     """NoisyFeatures(test_per_class=k) (docs/reproduction.md row 19): the engine tests the target on the data set's
     held-out images, draws the labelled examples from its whole client (train_fraction does not apply; the sweep's
-    check allows all 450 and names the held-out set at 451), redraws the held-out images' noise every round with
+    check allows all 470 and names the held-out set at 471), redraws the held-out images' noise every round with
     noise_draw="per_round", and runs deterministically."""
     opts = {"noise_std": 0.4, "noise_draw": "per_round", "test_per_class": 30}
     kw = dict(dataset="NoisyFeatures", dataset_options=opts, rule="fedgp", rounds=2, warmup_rounds=0, model="mlp",

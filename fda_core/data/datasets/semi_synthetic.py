@@ -56,13 +56,14 @@ LABEL_SHIFT_PARTITIONS = ("equal_size", "reference")
 
 
 def _per_class_split(y: Tensor, n: int, num_classes: int, g: torch.Generator, name: str,
-                     base_text: str) -> tuple[Tensor, Tensor]:
+                     base_text: str, leave: int = 0) -> tuple[Tensor, Tensor]:
     """(chosen, rest): a seeded random ``n`` examples of every class and the others, each sorted (indices into
     ``y``). Each class's examples are shuffled by ``g`` and its first ``n`` chosen. ValueError naming parameter
-    ``name`` when a class holds fewer than ``n``."""
-    sizes = torch.bincount(y, minlength=num_classes)
-    if n > int(sizes.min()):
-        raise ValueError(f"{name} must be in [1, {int(sizes.min()):,}] (the smallest class of {base_text}), got {n!r}")
+    ``name`` when that would leave a class fewer than ``leave`` examples in ``rest``."""
+    most = int(torch.bincount(y, minlength=num_classes).min()) - leave
+    if n > most:
+        raise ValueError(f"{name} must be in [1, {most:,}] (the smallest class of {base_text}"
+                         f"{f', less {leave:,} left to the clients' if leave else ''}), got {n!r}")
     chosen, rest = [], []
     for c in range(num_classes):
         idx = torch.nonzero(y == c).flatten()
@@ -167,11 +168,8 @@ class NoisyFeatures(_SemiSynthetic):
         g = torch.Generator().manual_seed(self.seed)
         base_index = held = None
         if self.test_per_class is not None:  # drawn first from g; None draws nothing, so the partition stays as before
-            smallest = int(torch.bincount(y, minlength=C).min())
-            if self.test_per_class >= smallest:
-                raise ValueError(f"test_per_class must be None or an integer in [1, {smallest - 1:,}] (the smallest class "
-                                 f"of {self._base_text} holds {smallest:,}; the clients keep the rest), got {test_per_class!r}")
-            test_idx, base_index = _per_class_split(y, self.test_per_class, C, g, "test_per_class", self._base_text)
+            test_idx, base_index = _per_class_split(y, self.test_per_class, C, g, "test_per_class", self._base_text,
+                                                    leave=1)
             held, x, y = (x[test_idx], y[test_idx]), x[base_index], y[base_index]
         n = len(y)
         m = n // (n_sources + 1)
