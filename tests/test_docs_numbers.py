@@ -1071,11 +1071,16 @@ def test_reproduction_doc_quotes_finetune_offline_last_layer_on_fashion_mnist():
                f"those are {min(full_halves):.1f} to {max(full_halves):.1f} points wide")
 
 
+def _table_3_report_rows_at_noise_0_6() -> pd.DataFrame:
+    """The report's (figures/reproduction.csv) Table 3 rows at noise 0.6."""
+    report = _csv(FIGURES / "reproduction.csv")
+    return report[report["table"].eq("Table 3 (labelled target samples, the paper's scripts, Fashion-MNIST)")
+                  & report["setting"].str.startswith("noise_std 0.6,")]
+
+
 def _table_3_paper_at_noise_0_6() -> dict[tuple[str, int], float]:
     """(method, labelled count) → the paper's Table 3 value at noise 0.6, as the report sets it."""
-    report = _csv(FIGURES / "reproduction.csv")
-    at_06 = report[report["table"].eq("Table 3 (labelled target samples, the paper's scripts, Fashion-MNIST)")
-                   & report["setting"].str.startswith("noise_std 0.6,")]
+    at_06 = _table_3_report_rows_at_noise_0_6()
     return {(m, int(s.split()[-1])): v for m, s, v in zip(at_06["method"], at_06["setting"], at_06["paper_value"])}
 
 
@@ -1118,9 +1123,7 @@ def test_reproduction_doc_quotes_table_3_at_noise_0_6_over_five_seeds():
     flat = " ".join(text.split())
     says(flat, f"`-p ablation_trials 5` and `-p figures_dir {five_dir.relative_to(ROOT)}`")
     says(flat, f"repeats the {len(three)} runs of seeds 0–2 to the last digit")
-    report = _csv(FIGURES / "reproduction.csv")
-    at_06 = report[report["table"].eq("Table 3 (labelled target samples, the paper's scripts, Fashion-MNIST)")
-                   & report["setting"].str.startswith("noise_std 0.6,")]
+    at_06 = _table_3_report_rows_at_noise_0_6()
     paper = _table_3_paper_at_noise_0_6()
     three_cells = {(m, int(s.split()[-1])): (mean, ci) for m, s, mean, ci in
                    zip(at_06["method"], at_06["setting"], at_06["ours_mean"], at_06["ours_ci95"])}
