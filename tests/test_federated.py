@@ -702,6 +702,24 @@ def test_run_many_refuses_what_a_run_would_refuse_before_the_first_run(tmp_path,
     assert [c["n_target_labeled"] for c in calls] == [1, 250, None]
 
 
+
+@settings(max_examples=50, deadline=None)
+@given(options=st.dictionaries(st.sampled_from(["noise_std", "seed", "base", "n"]),
+                               st.one_of(st.integers(-3, 3), st.floats(0, 1), st.sampled_from(["mnist", "fashion"])),
+                               min_size=1))
+def test_dataset_key_is_one_per_data_set_whatever_the_options_order(options):
+    """:func:`federated.dataset_key`, by which a sweep builds each data set once (``check_configs_fit_data``) and a
+    note counts the data sets its runs use (``reports.data_description``): the options' order does not matter;
+    another data set name or any changed option gives another key."""
+    key = federated.dataset_key({"dataset": "NoisyFeatures", "dataset_options": options})
+    reordered = dict(reversed(list(options.items())))
+    assert federated.dataset_key({"dataset": "NoisyFeatures", "dataset_options": reordered, "seed": 9}) == key
+    assert federated.dataset_key({"dataset": "LabelShift", "dataset_options": options}) != key
+    name = next(iter(options))
+    changed = {**options, name: [options[name]]}
+    assert federated.dataset_key({"dataset": "NoisyFeatures", "dataset_options": changed}) != key
+    assert federated.dataset_key({"dataset": "NoisyFeatures", "dataset_options": {**options, "extra": 1}}) != key
+
 # --- the method registry -------------------------------------------------------------------------
 def test_registry_names_labels_and_variants():
     assert list_methods()[:8] == ["source_only", "target_only", "fedda", "fedgp", "fedda_auto", "fedgp_auto",

@@ -45,7 +45,8 @@ from . import shared_rounds
 from .methods import ClientInfo, Method, RoundInfo, RoundResults, get_method
 
 __all__ = ["DEFAULT_CONFIG", "CONFIG_ALIASES", "ALIGNMENT_STEPS", "make_config", "run_experiment", "target_index", "Run", "run_many",
-           "EXECUTION_FIELDS", "computed_content", "sweep_configs", "store_key", "code_revision_of", "check_configs_fit_data"]
+           "EXECUTION_FIELDS", "computed_content", "sweep_configs", "store_key", "code_revision_of", "check_configs_fit_data",
+           "dataset_key"]
 
 #: Default configuration of :func:`run_experiment` (the allowed keys, besides :data:`CONFIG_ALIASES`).
 DEFAULT_CONFIG: dict[str, Any] = {
@@ -315,6 +316,13 @@ def target_index(ds: Any, target: int | str | None = None) -> int:
     return ds.env_index(target)
 
 
+def dataset_key(config: Mapping[str, Any]) -> str:
+    """One string per distinct data set of a run config: its registered ``dataset`` name and its
+    ``dataset_options``, as sorted JSON (values JSON cannot hold by their ``repr``). Runs with equal keys build the
+    same data set, so a sweep builds (or describes) each one once."""
+    return json.dumps([config["dataset"], config["dataset_options"]], sort_keys=True, default=repr)
+
+
 def check_configs_fit_data(configs: Sequence[Mapping[str, Any]], names: Sequence[str] | None = None) -> None:
     """Before the first run of a sweep: each resolved config (:func:`make_config`) names a target its data set
     has, and asks for no more labelled target examples than the target's train pool holds
@@ -327,8 +335,7 @@ def check_configs_fit_data(configs: Sequence[Mapping[str, Any]], names: Sequence
     names = list(names) if names is not None else [f"config {i + 1}" for i in range(len(configs))]
     groups: dict[str, list[int]] = {}
     for i, c in enumerate(configs):
-        key = json.dumps([c["dataset"], c["dataset_options"]], sort_keys=True, default=repr)
-        groups.setdefault(key, []).append(i)
+        groups.setdefault(dataset_key(c), []).append(i)
     for members in groups.values():
         first = configs[members[0]]
         try:

@@ -9,7 +9,6 @@ call here, :func:`compare_methods`, returning a :class:`Comparison` for the note
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +21,7 @@ from ..common.checks import check_int
 from ..common.files import read_note, resolve_output, write_table, write_timings
 from ..common.store import ResultStore
 from ..data.datasets import FDADataset, get_dataset, train_pool_of
-from ..experiments.federated import make_config, run_many, sweep_configs, target_index
+from ..experiments.federated import dataset_key, make_config, run_many, sweep_configs, target_index
 from ..experiments.methods import get_method, paper_label
 from ..experiments.paper_numbers import beside_paper, paper_setting, paper_table
 from ..experiments.personalisation import SOURCE_SWEEP_GRID, compute_sweep_runs, source_sweep, sweep_run_configs
@@ -98,8 +97,7 @@ def data_description(configs: Sequence[Mapping[str, Any]]) -> str:
     if not configs:
         raise ValueError("configs must hold at least one run's config, got none")
     resolved = [make_config(**c) for c in configs]  # the defaults filled in, as the runs get them
-    keys = list(dict.fromkeys(json.dumps([c["dataset"], c["dataset_options"]], sort_keys=True, default=repr)
-                              for c in resolved))
+    keys = list(dict.fromkeys(dataset_key(c) for c in resolved))
     first = resolved[0]
     text = get_dataset(first["dataset"], **first["dataset_options"]).describe()
     if len(keys) > 1:
