@@ -225,6 +225,34 @@ def test_fashion_mnist_and_missing_files(tmp_path):
         D.load_mnist(tmp_path / "nowhere")
 
 
+
+def test_the_differences_on_fashion_mnist_name_the_reference_scripts_layout(tmp_path):
+    """On the paper's own base the description's "Differences:" states the layout that differs from the reference
+    scripts (clients from the 60,000 training images, a test set of 10,000; docs/reproduction.md row 19), not "the
+    paper uses Fashion-MNIST; here the base is Fashion-MNIST"; on MNIST-5k it names the smaller base."""
+    write_mnist_like(tmp_path / "FashionMNIST" / "raw", n_train=60, n_test=20, seed=1)
+
+    def differences(name, **options):
+        text = D.get_dataset(name, base="fashion_mnist", data_root=tmp_path, **options).describe()
+        return text[text.index("Differences: "):]
+
+    scripts = ("Differences: the reference scripts cut their clients from Fashion-MNIST's 60,000 training images and "
+               "test the target on its 10,000 test images; here ")
+    for options in ({}, {"source_labels": 3}):
+        assert differences("NoisyFeatures", noise_std=0.2, **options) == scripts + (
+            "the clients are cut from all the base's images and the target is tested on the share of its own client "
+            "that train_fraction leaves out (test_per_class=1000 holds 10,000 apart, as many as the scripts' test set).")
+    assert differences("NoisyFeatures", noise_std=0.2, test_per_class=1) == scripts + (
+        "the held-out test set is a random draw from all the base's images, which keep no train/test split.")
+    shift = differences("LabelShift", eta=0.25, minority_classes=[0, 1, 2])
+    assert shift.startswith("Differences: the reference partitions Fashion-MNIST's 60,000 training images by its "
+                            "imbalance-class-η rule (partition=\"reference\"), so its clients differ in size; here "
+                            "equal-size clients are drawn from Fashion-MNIST from ")
+    assert "here the base is Fashion-MNIST" not in shift
+    mnist = D.get_dataset("NoisyFeatures", noise_std=0.2).describe()
+    assert mnist.endswith("Differences: the paper uses Fashion-MNIST (70,000 images) and CIFAR-10 with 4 classes; here "
+                          "the base is MNIST-5k, so clients hold 500 instead of 7,000 examples.")
+
 def _write_cifar(folder, n=4, seed=0, str_keys=False, protocol=2):
     rng = np.random.default_rng(seed)
     folder.mkdir(parents=True, exist_ok=True)
