@@ -141,6 +141,35 @@ def test_finetune_offline_starts_a_fresh_optimiser_every_epoch_by_default(monkey
         run(rule="finetune_offline", method_options={"optimizer_reset": "never"})
 
 
+
+def test_finetune_offline_lr_option_sets_the_fine_tuning_rate_only(monkeypatch):
+    """Option ``lr``: None (the default) fine-tunes at the target's lr × lr_decay after warm-up rounds, as the
+    reference scripts; a number fine-tunes at that rate, shows in the label and leaves the FedAvg rounds as they were
+    (the same global model before the fine-tuning). Added after runs were stored: at its default it stays out of
+    method_options (Option keyed=False). A rate that is not a number > 0 is refused before any training."""
+    rates: list[float] = []
+    original = federated.Run.train_target
+
+    def spy(self, **kw):
+        if kw.get("who") == "target fine-tuning":
+            rates.append(kw["lr"])
+        return original(self, **kw)
+
+    monkeypatch.setattr(federated.Run, "train_target", spy)
+    default = run(rule="finetune_offline", finetune_epochs=2, warmup_rounds=1, lr_decay=0.1, target_lr=0.02)
+    assert rates == [pytest.approx(0.002)] * 2 and "lr" not in default["config"]["method_options"]
+    rates.clear()
+    slow = run(rule="finetune_offline", finetune_epochs=2, warmup_rounds=1, lr_decay=0.1, target_lr=0.02,
+               method_options={"lr": 0.0005})
+    assert rates == [0.0005, 0.0005] and slow["method"] == "Finetune_Offline (2 epochs, lr 0.0005)"
+    fedavg = [[h["target_acc"] for h in r["history"] if h["phase"] != "finetune"] for r in (default, slow)]
+    assert fedavg[0] == fedavg[1]
+    method = get_method("finetune_offline", lr=0.0005)
+    assert method.option_values["lr"] == 0.0005 and get_method(method.spec).option_values == method.option_values
+    for bad in (0, -0.1, "fast", float("nan")):
+        with pytest.raises(ValueError, match="lr must be a finite number > 0"):
+            get_method("finetune_offline", lr=bad)
+
 @pytest.mark.parametrize("freeze", [True, False])
 def test_finetune_offline_freeze_fine_tunes_the_last_layer_only(freeze):
     """freeze=True (the reference's main_noniid_finetune_offline.py --freeze, which trains only fc3): the fine-tuning

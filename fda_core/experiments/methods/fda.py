@@ -14,7 +14,7 @@ from ...core import aggregation
 from ...core.estimators import auto_beta
 from ..flat import classifier_positions
 from .interface import (Method, Option, RoundInfo, RoundPlan, RoundResults, ServerResult, TargetTraining, _beta_option,
-                        _check_bool, _check_optional_epochs, _fedavg, _projection_option)
+                        _check_bool, _check_optional_epochs, _check_optional_lr, _fedavg, _projection_option)
 
 
 class FedAvg(Method):
@@ -252,7 +252,11 @@ class FinetuneOffline(Method):
     Option ``freeze``: True fine-tunes the model's last layer only (its ``classifier``; the other parameters get no
     gradient, so Adam leaves them as they are), as the reference's ``main_noniid_finetune_offline.py --freeze`` trains
     only ``fc3``; its scripts run both forms (``docs/reproduction.md`` § On the paper's data). False (the default):
-    every parameter."""
+    every parameter.
+
+    Option ``lr``: the fine-tuning's learning rate; None (the default) takes the target's, ``target_lr`` × ``lr_decay``
+    when there were warm-up rounds, as the reference scripts fine-tune at their target lr (0.005 on Fashion-MNIST,
+    where the FedGP paper's text gives 0.05; ``docs/reproduction.md`` § On the paper's data)."""
 
     name, label = "finetune_offline", "Finetune_Offline"
     options = {"epochs": Option(None, _check_optional_epochs, lambda v: f"{v} epochs",
@@ -263,12 +267,14 @@ class FinetuneOffline(Method):
                                          "scripts); 'once': one optimiser run over all the epochs"),
                # added after results were stored: keyed=False keeps their keys (Option)
                "freeze": Option(False, _check_bool, lambda v: "last layer only", "True: fine-tune the last layer "
-                                "only (the reference's --freeze)", keyed=False)}
+                                "only (the reference's --freeze)", keyed=False),
+               "lr": Option(None, _check_optional_lr, lambda v: f"lr {v:g}", "the fine-tuning's learning rate (None: "
+                            "the target's, × lr_decay after warm-up rounds)", keyed=False)}
 
     def after_training(self, run: Any) -> None:
         c = run.config
         epochs = c["rounds"] if self.epochs is None else self.epochs
-        lr = c["target_lr"] * (c["lr_decay"] if c["warmup_rounds"] > 0 else 1.0)
+        lr = c["target_lr"] * (c["lr_decay"] if c["warmup_rounds"] > 0 else 1.0) if self.lr is None else self.lr
         frozen = _all_but_classifier(run.model) if self.freeze else None
         before_step = None if frozen is None else (lambda: run.model.grad.masked_fill_(frozen, 0.0))
         for e in range(1, epochs + 1):

@@ -59,6 +59,10 @@ def _check_optional_epochs(value: Any, name: str) -> int | None:
     return None if value is None else check_int(value, name, 0)
 
 
+def _check_optional_lr(value: Any, name: str) -> float | None:
+    return None if value is None else check_number(value, name, 0.0, lo_open=True)
+
+
 # ---------------------------------------------------------------------------------------------
 # What the engine and a method exchange
 # ---------------------------------------------------------------------------------------------
