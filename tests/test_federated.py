@@ -117,29 +117,35 @@ def test_every_method_runs(spec):
         assert all(h["beta"] == [1.0, 1.0] for h in hist if h["phase"] == "fda")
 
 
-def test_finetune_offline_starts_a_fresh_optimiser_every_epoch_by_default(monkeypatch):
-    """The reference scripts build a new Adam for every fine-tuning epoch (docs/reproduction.md row 12):
-    the default resets the target's optimiser before each epoch, 'once' only before the first; the first
-    fine-tuning epoch is the same in both."""
-    flags: list[bool] = []
+def _fine_tuning_calls(monkeypatch) -> list[dict]:
+    """The keyword arguments of every fine-tuning epoch's ``Run.train_target`` call from now on (Finetune_Offline's
+    epochs, ``who="target fine-tuning"``), in order; the calls still train."""
+    calls: list[dict] = []
     original = federated.Run.train_target
 
     def spy(self, **kw):
         if kw.get("who") == "target fine-tuning":
-            flags.append(kw["reset_optimizer"])
+            calls.append(kw)
         return original(self, **kw)
 
     monkeypatch.setattr(federated.Run, "train_target", spy)
+    return calls
+
+
+def test_finetune_offline_starts_a_fresh_optimiser_every_epoch_by_default(monkeypatch):
+    """The reference scripts build a new Adam for every fine-tuning epoch (docs/reproduction.md row 12):
+    the default resets the target's optimiser before each epoch, 'once' only before the first; the first
+    fine-tuning epoch is the same in both."""
+    calls = _fine_tuning_calls(monkeypatch)
     fresh = run(rule="finetune_offline", finetune_epochs=3)
-    assert flags == [True, True, True]
-    flags.clear()
+    assert [c["reset_optimizer"] for c in calls] == [True, True, True]
+    calls.clear()
     once = run(rule="finetune_offline", method_options={"optimizer_reset": "once"}, finetune_epochs=3)
-    assert flags == [True, False, False] and once["method"] == "Finetune_Offline (3 epochs, one optimiser run)"
+    assert [c["reset_optimizer"] for c in calls] == [True, False, False] and once["method"] == "Finetune_Offline (3 epochs, one optimiser run)"
     tune = [[h["target_acc"] for h in r["history"] if h["phase"] == "finetune"] for r in (fresh, once)]
     assert len(tune[0]) == len(tune[1]) == 3 and tune[0][0] == tune[1][0]
     with pytest.raises(ValueError, match="optimizer_reset must be one of"):
         run(rule="finetune_offline", method_options={"optimizer_reset": "never"})
-
 
 
 def test_finetune_offline_lr_option_sets_the_fine_tuning_rate_only(monkeypatch):
@@ -147,21 +153,13 @@ def test_finetune_offline_lr_option_sets_the_fine_tuning_rate_only(monkeypatch):
     reference scripts; a number fine-tunes at that rate, shows in the label and leaves the FedAvg rounds as they were
     (the same global model before the fine-tuning). Added after runs were stored: at its default it stays out of
     method_options (Option keyed=False). A rate that is not a number > 0 is refused before any training."""
-    rates: list[float] = []
-    original = federated.Run.train_target
-
-    def spy(self, **kw):
-        if kw.get("who") == "target fine-tuning":
-            rates.append(kw["lr"])
-        return original(self, **kw)
-
-    monkeypatch.setattr(federated.Run, "train_target", spy)
+    calls = _fine_tuning_calls(monkeypatch)
     default = run(rule="finetune_offline", finetune_epochs=2, warmup_rounds=1, lr_decay=0.1, target_lr=0.02)
-    assert rates == [pytest.approx(0.002)] * 2 and "lr" not in default["config"]["method_options"]
-    rates.clear()
+    assert [c["lr"] for c in calls] == [pytest.approx(0.002)] * 2 and "lr" not in default["config"]["method_options"]
+    calls.clear()
     slow = run(rule="finetune_offline", finetune_epochs=2, warmup_rounds=1, lr_decay=0.1, target_lr=0.02,
                method_options={"lr": 0.0005})
-    assert rates == [0.0005, 0.0005] and slow["method"] == "Finetune_Offline (2 epochs, lr 0.0005)"
+    assert [c["lr"] for c in calls] == [0.0005, 0.0005] and slow["method"] == "Finetune_Offline (2 epochs, lr 0.0005)"
     fedavg = [[h["target_acc"] for h in r["history"] if h["phase"] != "finetune"] for r in (default, slow)]
     assert fedavg[0] == fedavg[1]
     method = get_method("finetune_offline", lr=0.0005)
