@@ -1196,3 +1196,69 @@ def test_reproduction_doc_quotes_table_3_at_noise_0_6_with_the_scripts_clients_a
     assert (margin > 0).all().all()
     says(flat, f"FedGP is above FedDA at every count and every seed, paired by seed by {margin.min().min():.1f} to "
                f"{margin.max().max():.1f} points")
+
+
+def test_reproduction_doc_quotes_finetune_offline_lr_and_epochs_on_fashion_mnist():
+    """docs/reproduction.md, "Finetune_Offline's learning rate and epochs on Fashion-MNIST": the command is the
+    notebook's and the committed run's; its default row repeats the Xeon run's full form (same float kernels, one
+    thread) to the last digit; every mean, spread, gain, count and move the paragraph quotes is the committed files'
+    (the one-thread run and the same runs on two threads)."""
+    import ast
+
+    from fda_core.experiments.paper_numbers import paper_table
+    from fda_core.workbook.float_kernels import recorded
+
+    folder = FIGURES / "05_semi_synthetic" / "fashion_mnist_finetune_lr"
+    threads_2 = folder.with_name(folder.name + "_2_threads")
+    xeon = FIGURES / "05_semi_synthetic" / "fashion_mnist_finetune_freeze_xeon"
+    flat = " ".join((ROOT / "docs" / "reproduction.md").read_text(encoding="utf-8").split())
+    notebook = json.loads((ROOT / "notebooks" / "05_semi_synthetic.ipynb").read_text(encoding="utf-8"))
+    cell = next("".join(c["source"]) for c in notebook["cells"] if "FINETUNE_LR_RUN = (" in "".join(c["source"]))
+    names: dict[str, str] = {}
+    for node in ast.parse(cell).body:  # the notebook's folder and the command it prints with the committed table
+        if isinstance(node, ast.Assign) and node.targets[0].id in ("FINETUNE_LR", "FINETUNE_LR_RUN"):
+            names[node.targets[0].id] = eval(compile(ast.Expression(node.value), "cell", "eval"), {}, dict(names))
+    assert names["FINETUNE_LR"] == str(folder.relative_to(ROOT))
+    runs, runs_2 = _csv(folder / "source_labels.csv"), _csv(threads_2 / "source_labels.csv")
+    says(flat, f"(`{names['FINETUNE_LR_RUN']}`, {len(runs)} runs")
+    seeds, counts = sorted(set(runs["seed"])), sorted(set(runs["source_labels"]))
+    assert seeds == [0, 1, 2] and counts == [7, 9]
+    assert recorded(folder) == recorded(threads_2) == recorded(xeon)
+    default, low, high = "Finetune_Offline", "Finetune_Offline (lr 0.0005)", "Finetune_Offline (lr 0.05)"
+    short, short_low, source = "Finetune_Offline (5 epochs)", "Finetune_Offline (5 epochs, lr 0.0005)", "Source only"
+    per = runs.pivot_table(index=["source_labels", "seed"], columns="method", values="final_acc")
+    per_2 = runs_2.pivot_table(index=["source_labels", "seed"], columns="method", values="final_acc")
+    assert set(per.columns) == set(per_2.columns) == {default, low, high, short, short_low, source}
+    # the default row is the Xeon run's full form, to the last digit
+    full = _csv(xeon / "source_labels.csv")
+    full = full[full["method"] == default].set_index(["source_labels", "seed"])["final_acc"]
+    assert sorted(full.index) == sorted(per.index) and (per[default] == full.loc[per.index]).all()
+    says(flat, f"in all {len(full)} runs to the last digit")
+    paper = paper_table("SourceLabels")
+    both = lambda series, fmt=".1f": " / ".join(f"{series[k]:{fmt}}" for k in counts)  # noqa: E731 - "7 / 9"
+    assert runs.loc[runs["method"] == high, "final_acc"].between(10.0, 11.0).all()
+    says(flat, f"At lr 0.05 every run ends at chance ({per[high].min():.1f} to {per[high].max():.1f} %")
+    means = per.groupby(level=0).mean()
+    says(flat, f"Source only {both(means[source])} (the paper's {both(paper.loc[source], '.2f')}), Finetune_Offline "
+               f"{both(means[default])} (the paper's {both(paper.loc[default], '.2f')}), at lr 0.0005 "
+               f"{both(means[low])}, for 5 epochs {both(means[short])}, for 5 epochs at lr 0.0005 {both(means[short_low])}")
+    spread = per.groupby(level=0).agg(lambda v: v.max() - v.min())
+    says(flat, f"its seeds spread {both(spread[short_low])} points at a k, the default's {both(spread[default])}")
+    gain = (per[short_low] - per[source])
+    assert (gain > 0).all() and (per_2[short_low] > per_2[source]).all()
+    says(flat, f"adds to Source only in all {len(gain)} pairs of k and seed ({both(gain.groupby(level=0).mean())} "
+               f"points on average; the paper's Finetune_Offline {both(paper.loc[default] - paper.loc[source])})")
+    best = means.loc[7].drop(source).max()
+    assert best == means.loc[7, short_low]
+    says(flat, f"with 7 classes per source the best mean is {paper.loc[default, 7] - best:.1f} points under the paper's")
+    above = [m for m in (low, short) if means.loc[9, m] > paper.loc[default, 9]]
+    assert above == [low, short]
+    says(flat, f"from seeds that spread {spread.loc[9, low]:.1f} and {spread.loc[9, short]:.1f} points")
+    moved = (per_2 - per).abs().max()
+    says(flat, f"Source only moves by up to {moved[source]:.1f} points, Finetune_Offline by up to {moved[default]:.1f}, "
+               f"its 5-epoch form by up to {moved[short]:.1f} and the 5-epoch form at lr 0.0005 by up to "
+               f"{moved[short_low]:.1f}; at lr 0.05 by up to {moved[high]:.1f}")
+    wins = [int((p[short_low] > p[default]).sum()) for p in (per, per_2)]
+    assert wins[0] == wins[1]
+    says(flat, f"beats the default in {wins[0]} of {len(per)} pairs in each and adds to Source only in all "
+               f"{len(per) + len(per_2)}")
