@@ -988,6 +988,20 @@ def test_reproduction_doc_quotes_the_ablations_on_fashion_mnist():
                  f"{len(mnist)} rows")
 
 
+def _notebook_05_folder_and_command(name: str) -> dict[str, str]:
+    """Notebook 05's ``name`` (a committed folder) and ``name + "_RUN"`` (the command it prints with the folder's
+    table), evaluated from the cell that assigns them, as the notebook computes them."""
+    import ast
+
+    notebook = json.loads((ROOT / "notebooks" / "05_semi_synthetic.ipynb").read_text(encoding="utf-8"))
+    cell = next("".join(c["source"]) for c in notebook["cells"] if f"{name}_RUN = (" in "".join(c["source"]))
+    names: dict[str, str] = {}
+    for node in ast.parse(cell).body:
+        if isinstance(node, ast.Assign) and node.targets[0].id in (name, f"{name}_RUN"):
+            names[node.targets[0].id] = eval(compile(ast.Expression(node.value), "cell", "eval"), {}, dict(names))
+    assert set(names) == {name, f"{name}_RUN"}, (name, sorted(names))
+    return names
+
 def test_reproduction_doc_quotes_finetune_offline_last_layer_on_fashion_mnist():
     """docs/reproduction.md, "Finetune_Offline's last-layer form on Fashion-MNIST": the command is the committed run's
     (its seeds, source-label counts, methods and folder); its full form is Table 5's Finetune_Offline again, on the same
@@ -1006,14 +1020,7 @@ def test_reproduction_doc_quotes_finetune_offline_last_layer_on_fashion_mnist():
     says(flat, f"-p ablations '[\"source_labels\"]' -p ablation_trials {len(seeds)} -p source_label_counts "
                f"'{json.dumps(counts)}' -p methods '[\"finetune_offline\", {{\"finetune_offline\": {{\"freeze\": true}}}}]' "
                f"-p figures_dir {folder.relative_to(ROOT)}`, {len(runs)} runs")
-    import ast
-
-    notebook = json.loads((ROOT / "notebooks" / "05_semi_synthetic.ipynb").read_text(encoding="utf-8"))
-    cell = next("".join(c["source"]) for c in notebook["cells"] if "FINETUNE_FREEZE_RUN = (" in "".join(c["source"]))
-    names: dict[str, str] = {}
-    for node in ast.parse(cell).body:  # the notebook's folder and the command it prints with the committed table
-        if isinstance(node, ast.Assign) and node.targets[0].id in ("FINETUNE_FREEZE", "FINETUNE_FREEZE_RUN"):
-            names[node.targets[0].id] = eval(compile(ast.Expression(node.value), "cell", "eval"), {}, dict(names))
+    names = _notebook_05_folder_and_command("FINETUNE_FREEZE")
     assert names["FINETUNE_FREEZE"] == str(folder.relative_to(ROOT))
     says(flat, f"(`{names['FINETUNE_FREEZE_RUN']}`, {len(runs)} runs")
     full, last = "Finetune_Offline", "Finetune_Offline (last layer only)"
@@ -1203,8 +1210,6 @@ def test_reproduction_doc_quotes_finetune_offline_lr_and_epochs_on_fashion_mnist
     notebook's and the committed run's; its default row repeats the Xeon run's full form (same float kernels, one
     thread) to the last digit; every mean, spread, gain, count and move the paragraph quotes is the committed files'
     (the one-thread run and the same runs on two threads)."""
-    import ast
-
     from fda_core.experiments.paper_numbers import paper_table
     from fda_core.workbook.float_kernels import recorded
 
@@ -1212,12 +1217,7 @@ def test_reproduction_doc_quotes_finetune_offline_lr_and_epochs_on_fashion_mnist
     threads_2 = folder.with_name(folder.name + "_2_threads")
     xeon = FIGURES / "05_semi_synthetic" / "fashion_mnist_finetune_freeze_xeon"
     flat = " ".join((ROOT / "docs" / "reproduction.md").read_text(encoding="utf-8").split())
-    notebook = json.loads((ROOT / "notebooks" / "05_semi_synthetic.ipynb").read_text(encoding="utf-8"))
-    cell = next("".join(c["source"]) for c in notebook["cells"] if "FINETUNE_LR_RUN = (" in "".join(c["source"]))
-    names: dict[str, str] = {}
-    for node in ast.parse(cell).body:  # the notebook's folder and the command it prints with the committed table
-        if isinstance(node, ast.Assign) and node.targets[0].id in ("FINETUNE_LR", "FINETUNE_LR_RUN"):
-            names[node.targets[0].id] = eval(compile(ast.Expression(node.value), "cell", "eval"), {}, dict(names))
+    names = _notebook_05_folder_and_command("FINETUNE_LR")
     assert names["FINETUNE_LR"] == str(folder.relative_to(ROOT))
     runs, runs_2 = _csv(folder / "source_labels.csv"), _csv(threads_2 / "source_labels.csv")
     says(flat, f"(`{names['FINETUNE_LR_RUN']}`, {len(runs)} runs")
