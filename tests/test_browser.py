@@ -148,7 +148,8 @@ def _run_from_menu(page, log: Path, item: str, attempts: int = 3) -> None:
     The Run menu acts on JupyterLab's current notebook; right after the page loads that may not be set yet, and a
     click then runs nothing (seen 2 times in 3 on the 2-core VM, 2026-11-29, and twice in CI as a 600 s wait; a
     Ctrl+Enter pressed then ran nothing either, 2026-12-04). So the first cell is selected first (a click on its
-    prompt), and the menu is used again if nothing was queued.
+    prompt), and the menu is used again if nothing was queued. A dialog in the way is closed first
+    (:func:`_dismiss_dialogs`), and a click that times out counts as a failed attempt.
     """
     for _ in range(attempts):
         _dismiss_dialogs(page, log)
@@ -162,7 +163,6 @@ def _run_from_menu(page, log: Path, item: str, attempts: int = 3) -> None:
             print(f"Run ▸ {item}: {str(exc).splitlines()[0]}; trying again")
             page.keyboard.press("Escape")
     pytest.fail(f"Run ▸ {item} queued no cell in {attempts} attempts\n{_lab_state(page, log)}")
-
 
 
 def _dismiss_dialogs(page, log: Path) -> None:
@@ -298,7 +298,6 @@ def test_a_run_that_stops_without_an_error_is_run_again_once(browser, jupyterlab
         page.close()
 
 
-
 @pytest.mark.timeout(600)
 def test_a_dialog_in_the_way_is_closed_and_named(browser, jupyterlab, capsys):
     """The harness (:func:`_dismiss_dialogs`): a JupyterLab dialog open when it acts (Kernel ▸ Restart Kernel…, whose
@@ -322,6 +321,7 @@ def test_a_dialog_in_the_way_is_closed_and_named(browser, jupyterlab, capsys):
             _dismiss_dialogs(page, server.log)
     finally:
         page.close()
+
 
 # ------------------------------------------------------------------------------------------ Voila
 
