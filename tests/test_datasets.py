@@ -251,7 +251,8 @@ def test_the_differences_on_fashion_mnist_name_the_reference_scripts_layout(tmp_
     assert "here the base is Fashion-MNIST" not in shift
     mnist = D.get_dataset("NoisyFeatures", noise_std=0.2).describe()
     assert mnist.endswith("Differences: the paper uses Fashion-MNIST (70,000 images) and CIFAR-10 with 4 classes; here "
-                          "the base is MNIST-5k, so clients hold 500 instead of 7,000 examples.")
+                          "the base is MNIST-5k, so clients hold 500 examples where the reference scripts' hold 6,000 "
+                          "(Fashion-MNIST's 60,000 training images in ten).")
 
 def _write_cifar(folder, n=4, seed=0, str_keys=False, protocol=2):
     rng = np.random.default_rng(seed)

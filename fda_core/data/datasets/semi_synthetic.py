@@ -232,10 +232,12 @@ class NoisyFeatures(_SemiSynthetic):
         """How this data set's layout differs from the paper's (``docs/experiments.md`` § Semi-synthetic shifts).
         On Fashion-MNIST, the paper's own base, what differs is the layout: the reference scripts cut their clients
         (ten of 6,000 in the IID partition) from the 60,000 training images and test the target on the 10,000 test
-        images; the npm copy holds all 70,000 without that split (``docs/reproduction.md`` row 19)."""
+        images; the npm copy holds all 70,000 without that split (``docs/reproduction.md`` row 19). On MNIST-5k it
+        is the base and the client size, set against the scripts' 6,000-image clients."""
         if self.base != "fashion_mnist":
             return ("the paper uses Fashion-MNIST (70,000 images) and CIFAR-10 with 4 classes; here the base is "
-                    + (f"MNIST-5k, so clients hold {client_size:,} instead of 7,000 examples"
+                    + (f"MNIST-5k, so clients hold {client_size:,} examples where the reference scripts' hold "
+                       "6,000 (Fashion-MNIST's 60,000 training images in ten)"
                        if self.base == "mnist" and self.data_root is None else self._base_text))
         scripts = ("the reference scripts cut their clients from Fashion-MNIST's 60,000 training images and test the "
                    "target on its 10,000 test images; ")
