@@ -1262,3 +1262,76 @@ def test_reproduction_doc_quotes_finetune_offline_lr_and_epochs_on_fashion_mnist
     assert wins[0] == wins[1]
     says(flat, f"beats the default in {wins[0]} of {len(per)} pairs in each and adds to Source only in all "
                f"{len(per) + len(per_2)}")
+
+
+def test_reproduction_doc_quotes_finetune_offline_over_ten_seeds_on_fashion_mnist():
+    """docs/reproduction.md, "Source only and Finetune_Offline over ten seeds": the command is the notebook's and the
+    committed run's; its seeds 0-2 repeat the lr study's rows and the Xeon run's last-layer form (same float kernels,
+    one thread) to the last digit; every mean, interval, gain and count the paragraph quotes is the committed file's."""
+    from fda_core.experiments.paper_numbers import paper_table
+    from fda_core.workbook.float_kernels import recorded
+    from fda_core.workbook.reproduction import ci95
+
+    folder = FIGURES / "05_semi_synthetic" / "fashion_mnist_finetune_10_seeds"
+    lr_study = folder.with_name("fashion_mnist_finetune_lr")
+    xeon = folder.with_name("fashion_mnist_finetune_freeze_xeon")
+    flat = " ".join((ROOT / "docs" / "reproduction.md").read_text(encoding="utf-8").split())
+    names = _notebook_05_folder_and_command("FINETUNE_10_SEEDS")
+    assert names["FINETUNE_10_SEEDS"] == str(folder.relative_to(ROOT))
+    runs = _csv(folder / "source_labels.csv")
+    says(flat, f"(`{names['FINETUNE_10_SEEDS_RUN']}`, {len(runs)} runs")
+    seeds, counts = sorted(set(runs["seed"])), sorted(set(runs["source_labels"]))
+    assert seeds == list(range(10)) and counts == [7, 9]
+    assert recorded(folder) == recorded(lr_study) == recorded(xeon)
+    source, default = "Source only", "Finetune_Offline"
+    last, short_low = "Finetune_Offline (last layer only)", "Finetune_Offline (5 epochs, lr 0.0005)"
+    per = runs.pivot_table(index=["source_labels", "seed"], columns="method", values="final_acc")
+    assert set(per.columns) == {source, default, last, short_low}
+    # seeds 0-2: the lr study's rows and the Xeon run's last-layer form, to the last digit
+    repeated = 0
+    for earlier, rows in ((lr_study, (source, default, short_low)), (xeon, (last,))):
+        old = _csv(earlier / "source_labels.csv").pivot_table(index=["source_labels", "seed"], columns="method",
+                                                              values="final_acc")
+        for row in rows:
+            assert (per.loc[old.index, row] == old[row]).all(), (earlier.name, row)
+            repeated += len(old)
+    says(flat, f"repeat those {repeated} runs to the last digit")
+    paper = paper_table("SourceLabels")
+    interval = lambda row, k: (per.loc[k, row].mean(), ci95(per.loc[k, row]))  # noqa: E731 - mean, half-width
+    shown = lambda row, k: "{:.1f} ± {:.1f}".format(*interval(row, k))  # noqa: E731
+    both = lambda row: f"{shown(row, 7)} / {shown(row, 9)}"  # noqa: E731 - "7 / 9"
+    papers = lambda row: " / ".join(f"{paper.loc[row, k]:.2f}" for k in counts)  # noqa: E731
+    says(flat, f"Source only: {both(source)} (the paper's {papers(source)}); Finetune_Offline: {both(default)} (the "
+               f"paper's {papers(default)}); {last}: {both(last)}; {short_low}: {both(short_low)}.")
+    # the paper's Source only lies below our interval, its Finetune_Offline above, at both counts
+    lower = {k: interval(source, k)[0] - interval(source, k)[1] for k in counts}
+    upper = {k: sum(interval(default, k)) for k in counts}
+    assert all(paper.loc[source, k] < lower[k] and paper.loc[default, k] > upper[k] for k in counts)
+    says(flat, f"Source only's below them ({paper.loc[source, 7]:.2f} against a lower end of {lower[7]:.1f}, "
+               f"{paper.loc[source, 9]:.2f} against a lower end of {lower[9]:.1f}), Finetune_Offline's above them "
+               f"({paper.loc[default, 7]:.2f} against an upper end of {upper[7]:.1f}, {paper.loc[default, 9]:.2f} "
+               f"against an upper end of {upper[9]:.1f})")
+    phrases = []
+    for row in (default, last, short_low):
+        gain = per[row] - per[source]
+        phrases.append(f"{row} {shown_gain(gain, 7)} / {shown_gain(gain, 9)}, above Source only in "
+                       f"{int((gain > 0).sum())} of {len(gain)}")
+    paper_gain = paper.loc[default] - paper.loc[source]
+    says(flat, "; ".join(phrases) + f"; the paper's {paper_gain[7]:.1f} / {paper_gain[9]:.1f}.")
+    assert all(per[row].loc[7].mean() - per[source].loc[7].mean() < paper_gain[7] / 2 for row in (default, last, short_low))
+    says(flat, f"with 9, the last-layer form's mean lies {per.loc[9, last].mean() - paper.loc[default, 9]:.1f} points "
+               "above the paper's Finetune_Offline")
+    deviation = per - per.groupby(level=0).transform("mean")
+    r = {row: deviation[row].corr(deviation[source]) for row in (default, last, short_low)}
+    signed = {row: f"{value:.2f}".replace("-", "−") for row, value in r.items()}  # the docs' minus sign
+    says(flat, f"Pearson {signed[default]} over the {len(per)} pairs of k and seed, where the last-layer form's give "
+               f"{signed[last]} and the 5-epoch form's at lr 0.0005 {signed[short_low]}")
+    assert r[default] < 0.5 < min(r[last], r[short_low])
+    says(flat, f"({per.loc[7, default].min():.1f} to {per.loc[7, default].max():.1f} with 7 classes)")
+
+
+def shown_gain(gain, k: int) -> str:
+    """A paired gain over Source only at ``k`` classes per source as the docs write it: mean ± 95% half-width."""
+    from fda_core.workbook.reproduction import ci95
+
+    return f"{gain.loc[k].mean():.1f} ± {ci95(gain.loc[k]):.1f}".replace("-", "−")
