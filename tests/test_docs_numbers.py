@@ -1314,7 +1314,8 @@ def test_reproduction_doc_quotes_finetune_offline_over_ten_seeds_on_fashion_mnis
     phrases = []
     for row in (default, last, short_low):
         gain = per[row] - per[source]
-        phrases.append(f"{row} {shown_gain(gain, 7)} / {shown_gain(gain, 9)}, above Source only in "
+        mean_and_half = [f"{gain.loc[k].mean():.1f} ± {ci95(gain.loc[k]):.1f}".replace("-", "−") for k in counts]
+        phrases.append(f"{row} {' / '.join(mean_and_half)}, above Source only in "
                        f"{int((gain > 0).sum())} of {len(gain)}")
     paper_gain = paper.loc[default] - paper.loc[source]
     says(flat, "; ".join(phrases) + f"; the paper's {paper_gain[7]:.1f} / {paper_gain[9]:.1f}.")
@@ -1328,10 +1329,3 @@ def test_reproduction_doc_quotes_finetune_offline_over_ten_seeds_on_fashion_mnis
                f"{signed[last]} and the 5-epoch form's at lr 0.0005 {signed[short_low]}")
     assert r[default] < 0.5 < min(r[last], r[short_low])
     says(flat, f"({per.loc[7, default].min():.1f} to {per.loc[7, default].max():.1f} with 7 classes)")
-
-
-def shown_gain(gain, k: int) -> str:
-    """A paired gain over Source only at ``k`` classes per source as the docs write it: mean ± 95% half-width."""
-    from fda_core.workbook.reproduction import ci95
-
-    return f"{gain.loc[k].mean():.1f} ± {ci95(gain.loc[k]):.1f}".replace("-", "−")
