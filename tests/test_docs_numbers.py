@@ -1298,11 +1298,11 @@ def test_reproduction_doc_quotes_finetune_offline_over_ten_seeds_on_fashion_mnis
     says(flat, f"repeat those {repeated} runs to the last digit")
     paper = paper_table("SourceLabels")
     interval = lambda row, k: (per.loc[k, row].mean(), ci95(per.loc[k, row]))  # noqa: E731 - mean, half-width
-    shown = lambda row, k: "{:.1f} ± {:.1f}".format(*interval(row, k))  # noqa: E731
-    both = lambda row: f"{shown(row, 7)} / {shown(row, 9)}"  # noqa: E731 - "7 / 9"
+    pm = lambda v: f"{v.mean():.1f} ± {ci95(v):.1f}".replace("-", "−")  # noqa: E731 - mean ± half-width, docs' minus
+    both = lambda values: " / ".join(pm(values.loc[k]) for k in counts)  # noqa: E731 - "7 / 9"
     papers = lambda row: " / ".join(f"{paper.loc[row, k]:.2f}" for k in counts)  # noqa: E731
-    says(flat, f"Source only: {both(source)} (the paper's {papers(source)}); Finetune_Offline: {both(default)} (the "
-               f"paper's {papers(default)}); {last}: {both(last)}; {short_low}: {both(short_low)}.")
+    says(flat, f"Source only: {both(per[source])} (the paper's {papers(source)}); Finetune_Offline: {both(per[default])} "
+               f"(the paper's {papers(default)}); {last}: {both(per[last])}; {short_low}: {both(per[short_low])}.")
     # the paper's Source only lies below our interval, its Finetune_Offline above, at both counts
     lower = {k: interval(source, k)[0] - interval(source, k)[1] for k in counts}
     upper = {k: sum(interval(default, k)) for k in counts}
@@ -1314,8 +1314,7 @@ def test_reproduction_doc_quotes_finetune_offline_over_ten_seeds_on_fashion_mnis
     phrases = []
     for row in (default, last, short_low):
         gain = per[row] - per[source]
-        mean_and_half = [f"{gain.loc[k].mean():.1f} ± {ci95(gain.loc[k]):.1f}".replace("-", "−") for k in counts]
-        phrases.append(f"{row} {' / '.join(mean_and_half)}, above Source only in "
+        phrases.append(f"{row} {both(gain)}, above Source only in "
                        f"{int((gain > 0).sum())} of {len(gain)}")
     paper_gain = paper.loc[default] - paper.loc[source]
     says(flat, "; ".join(phrases) + f"; the paper's {paper_gain[7]:.1f} / {paper_gain[9]:.1f}.")
