@@ -19,7 +19,6 @@ from fda_core.common.files import read_note
 ROOT = Path(__file__).resolve().parent.parent
 FOLDER = ROOT / "figures" / "05_semi_synthetic"
 
-_DEFAULT = "fda run 05 (the main job: make figures)"
 _ABLATIONS = "docs/reproduction.md § On the paper's data: the Tables 3-5 command"
 #: committed CSVs whose note describes other data than their runs' (module docstring), relative to FOLDER → the
 #: run that remakes them
@@ -31,9 +30,8 @@ STALE = {
     **{f"fashion_mnist_finetune_freeze_xeon/{n}.csv": "docs/reproduction.md, Finetune_Offline's last-layer form"
        for n in ("source_labels", "source_labels_table")},
     **{f"{folder}/{n}.csv": "the command in docs/reproduction.md naming this folder"
-       for folder in ("fashion_mnist_label_shift", "fashion_mnist_label_shift_reference", "label_shift_equal_size",
-                      "label_shift_finetune_freeze") for n in ("label_shift", "label_shift_table")},
-    **{n: _DEFAULT for n in ("label_shift.csv", "label_shift_table.csv", "source_labels.csv", "source_labels_table.csv")},
+       for folder in ("fashion_mnist_label_shift", "fashion_mnist_label_shift_reference")
+      for n in ("label_shift", "label_shift_table")},
 }
 
 
