@@ -29,8 +29,6 @@ STALE = {
     "fashion_mnist_ablations_noise_0.6_xeon/target_samples.csv": "notebook 05's TABLE_3_NOISE_06_RUN on an Intel Xeon VM",
     **{f"fashion_mnist_finetune_freeze_xeon/{n}.csv": "docs/reproduction.md, Finetune_Offline's last-layer form"
        for n in ("source_labels", "source_labels_table")},
-    **{f"{folder}/{n}.csv": "the command in docs/reproduction.md naming this folder"
-       for folder in ("fashion_mnist_label_shift",) for n in ("label_shift", "label_shift_table")},
 }
 
 
