@@ -83,6 +83,40 @@ def test_code_revision_follows_the_import_closure(tmp_path, monkeypatch):
         provenance.code_revision("fda_core.nope")
 
 
+_CHECKED = """
+import warnings
+
+def f(x):
+    if x < 0:
+        raise ValueError(f"x must be >= 0, got {x!r}")
+    assert x != 1, "one is not allowed"
+    if x > 9:
+        warnings.warn("x is large", RuntimeWarning, stacklevel=2)
+    return x
+"""
+
+
+@pytest.mark.parametrize("edit, same", [
+    (("must be >= 0, got", "must be at least 0 (got"), True),  # an error's wording
+    (("one is not allowed", "x = 1 is refused"), True),  # an assertion's message
+    (("x is large", "x is over 9"), True),  # a warning's
+    (("ValueError(", "TypeError("), False),  # which exception
+    (("{x!r}", "{-x!r}"), False),  # what a message computes
+    (("x != 1", "x != 2"), False),  # what is checked
+    (("RuntimeWarning", "UserWarning"), False),
+    (("return x", "return 'x'"), False),  # a string that is not a message
+])
+def test_code_revision_ignores_the_wording_of_messages(tmp_path, monkeypatch, edit, same):
+    pkg = _package(tmp_path, {"__init__.py": "", "core/__init__.py": "", "core/a.py": _CHECKED})
+    monkeypatch.setattr(provenance, "_ROOT", pkg)
+    rev = provenance.code_revision("fda_core.core.a")
+    old, new = edit
+    assert old in _CHECKED
+    (pkg / "core/a.py").write_text(_CHECKED.replace(old, new))
+    provenance._revision.cache_clear()  # hash the edited text, whatever its time stamp
+    assert (provenance.code_revision("fda_core.core.a") == rev) is same
+
+
 def test_object_revision_of_code_outside_the_package():
     from fda_core.experiments.methods import FedGP
 

@@ -4,9 +4,10 @@ The result store keys a finished run by its config; a change to the training cod
 runs of the old code. :func:`code_revision` hashes the package modules an experiment's module imports,
 directly or indirectly (its import closure inside ``fda_core``, found by parsing the import statements,
 including those inside functions), so any change to code the experiment can run changes the revision,
-while unrelated modules (a figure, the CLI) do not. Docstrings, comments and formatting are not part of
-the hash (each module's syntax tree is hashed with its docstrings removed), so editing documentation
-does not invalidate stored runs.
+while unrelated modules (a figure, the CLI) do not. Docstrings, comments, formatting and the wording of
+messages are not part of the hash (each module's syntax tree is hashed with its docstrings removed and the
+literal text of its error, assertion and warning messages blanked), so editing documentation or rewording an
+error does not invalidate stored runs.
 
 Code defined outside the package (a method written in a notebook cell) has no module file in the
 closure: :func:`object_revision` hashes its source text instead.
@@ -86,7 +87,27 @@ def import_closure(*modules: str) -> list[str]:
     return sorted(seen)
 
 
-class _StripDocstrings(ast.NodeTransformer):
+def _blank_text(node: ast.AST) -> None:
+    """Blank every literal string inside ``node`` (the text of a message; the expressions an f-string
+    formats stay)."""
+    for child in ast.walk(node):
+        if isinstance(child, ast.Constant) and isinstance(child.value, str):
+            child.value = ""
+
+
+def _is_warn(call: ast.AST) -> bool:
+    """Whether ``call`` is ``warn(...)`` or ``<anything>.warn(...)`` (``warnings.warn``)."""
+    if not isinstance(call, ast.Call):
+        return False
+    f = call.func
+    return (isinstance(f, ast.Name) and f.id == "warn") or (isinstance(f, ast.Attribute) and f.attr == "warn")
+
+
+class _StripText(ast.NodeTransformer):
+    """Removes docstrings and blanks the text of messages: the exception a ``raise`` builds, an ``assert``'s
+    message, a ``warn(...)`` call's arguments. None of these can change the numbers of a run that finished: a
+    raise or a failed assert ends it, a warning only prints. Which exception is raised, and when, stays."""
+
     def _strip(self, node: Any) -> Any:
         self.generic_visit(node)
         body = getattr(node, "body", None)
@@ -97,14 +118,34 @@ class _StripDocstrings(ast.NodeTransformer):
 
     visit_Module = visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _strip
 
+    def visit_Raise(self, node: ast.Raise) -> ast.Raise:
+        if node.exc is not None:
+            _blank_text(node.exc)
+        return node
+
+    def visit_Assert(self, node: ast.Assert) -> ast.Assert:
+        if node.msg is not None:
+            _blank_text(node.msg)
+        return node
+
+    def visit_Expr(self, node: ast.Expr) -> ast.Expr:
+        if _is_warn(node.value):
+            _blank_text(node.value)
+        else:
+            self.generic_visit(node)
+        return node
+
 
 def _normalised(source: str) -> str:
-    """The syntax tree of ``source`` without docstrings (comments and layout are not in the tree)."""
-    return ast.dump(_StripDocstrings().visit(ast.parse(source)), annotate_fields=False)
+    """The syntax tree of ``source`` without docstrings and with the literal text of its messages blanked
+    (:class:`_StripText`; comments and layout are not in the tree)."""
+    return ast.dump(_StripText().visit(ast.parse(source)), annotate_fields=False)
 
 
 @functools.lru_cache(maxsize=64)
 def _revision(modules: tuple[str, ...], stamps: tuple[tuple[str, int, int], ...]) -> str:
+    """The hash of ``modules``' normalised sources; ``stamps`` (file, modification time, size) only key the cache,
+    so an edited file is read again."""
     h = hashlib.sha256()
     for mod in modules:
         h.update(mod.encode())
@@ -119,7 +160,7 @@ def code_revision(*modules: str) -> str:
     aggregation rule, a dataset or a model changes, not when a plotting function or a docstring does.
     """
     closure = tuple(import_closure(*modules))
-    stamps = tuple((m, p.stat().st_mtime_ns, p.stat().st_size) for m in closure if (p := _path_of(m)) is not None)
+    stamps = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for m in closure if (p := _path_of(m)) is not None)
     return _revision(closure, stamps)
 
 
