@@ -24,7 +24,7 @@ _ABLATIONS = "docs/reproduction.md § On the paper's data: the Tables 3-5 comman
 #: run that remakes them
 STALE = {
     **{f"fashion_mnist_ablations/{n}.csv": _ABLATIONS
-       for n in ("projection_filtering", "projection_filtering_table", "source_labels", "source_labels_table")},
+       for n in ("source_labels", "source_labels_table")},
     "fashion_mnist_ablations_noise_0.6_xeon/target_samples.csv": "notebook 05's TABLE_3_NOISE_06_RUN on an Intel Xeon VM",
     **{f"fashion_mnist_finetune_freeze_xeon/{n}.csv": "docs/reproduction.md, Finetune_Offline's last-layer form"
        for n in ("source_labels", "source_labels_table")},
