@@ -19,12 +19,9 @@ from fda_core.common.files import read_note
 ROOT = Path(__file__).resolve().parent.parent
 FOLDER = ROOT / "figures" / "05_semi_synthetic"
 
-_ABLATIONS = "docs/reproduction.md § On the paper's data: the Tables 3-5 command"
 #: committed CSVs whose note describes other data than their runs' (module docstring), relative to FOLDER → the
 #: run that remakes them
 STALE = {
-    **{f"fashion_mnist_ablations/{n}.csv": _ABLATIONS
-       for n in ("source_labels", "source_labels_table")},
     "fashion_mnist_ablations_noise_0.6_xeon/target_samples.csv": "notebook 05's TABLE_3_NOISE_06_RUN on an Intel Xeon VM",
     **{f"fashion_mnist_finetune_freeze_xeon/{n}.csv": "docs/reproduction.md, Finetune_Offline's last-layer form"
        for n in ("source_labels", "source_labels_table")},
