@@ -1264,37 +1264,49 @@ def test_reproduction_doc_quotes_finetune_offline_lr_and_epochs_on_fashion_mnist
                f"{len(per) + len(per_2)}")
 
 
+def _ten_seed_study(constant: str, counts: list[int],
+                    earlier: tuple[tuple[str, tuple[str, ...]], ...]) -> tuple[str, pd.DataFrame, int]:
+    """Docs text (whitespace collapsed), accuracies (index (source_labels, seed), a column per row) and how many runs
+    seeds 0-2 repeat, of notebook 05's ten-seed Finetune_Offline study ``constant``: the docs quote the notebook's
+    command and the run count; seeds 0-9, the given counts, the four rows; the same float kernels as each earlier
+    folder, whose rows (folder name, row names) seeds 0-2 repeat to the last digit."""
+    from fda_core.workbook.float_kernels import recorded
+
+    names = _notebook_05_folder_and_command(constant)
+    folder = ROOT / names[constant]
+    flat = " ".join((ROOT / "docs" / "reproduction.md").read_text(encoding="utf-8").split())
+    runs = _csv(folder / "source_labels.csv")
+    says(flat, f"(`{names[constant + '_RUN']}`, {len(runs)} runs")
+    assert sorted(set(runs["seed"])) == list(range(10)) and sorted(set(runs["source_labels"])) == counts
+    per = runs.pivot_table(index=["source_labels", "seed"], columns="method", values="final_acc")
+    assert set(per.columns) == {"Source only", "Finetune_Offline", "Finetune_Offline (last layer only)",
+                                "Finetune_Offline (5 epochs, lr 0.0005)"}
+    repeated = 0
+    for name, rows in earlier:
+        assert recorded(folder.with_name(name)) == recorded(folder), name
+        old = _csv(folder.with_name(name) / "source_labels.csv").pivot_table(
+            index=["source_labels", "seed"], columns="method", values="final_acc")
+        old = old.loc[[index for index in old.index if index[0] in counts]]
+        assert len(old) == 2 * 3, name  # both counts, seeds 0-2
+        for row in rows:
+            assert (per.loc[old.index, row] == old[row]).all(), (name, row)
+            repeated += len(old)
+    return flat, per, repeated
+
+
 def test_reproduction_doc_quotes_finetune_offline_over_ten_seeds_on_fashion_mnist():
     """docs/reproduction.md, "Source only and Finetune_Offline over ten seeds": the command is the notebook's and the
     committed run's; its seeds 0-2 repeat the lr study's rows and the Xeon run's last-layer form (same float kernels,
     one thread) to the last digit; every mean, interval, gain and count the paragraph quotes is the committed file's."""
     from fda_core.experiments.paper_numbers import paper_table
-    from fda_core.workbook.float_kernels import recorded
     from fda_core.workbook.reproduction import ci95
 
-    folder = FIGURES / "05_semi_synthetic" / "fashion_mnist_finetune_10_seeds"
-    lr_study = folder.with_name("fashion_mnist_finetune_lr")
-    xeon = folder.with_name("fashion_mnist_finetune_freeze_xeon")
-    flat = " ".join((ROOT / "docs" / "reproduction.md").read_text(encoding="utf-8").split())
-    names = _notebook_05_folder_and_command("FINETUNE_10_SEEDS")
-    assert names["FINETUNE_10_SEEDS"] == str(folder.relative_to(ROOT))
-    runs = _csv(folder / "source_labels.csv")
-    says(flat, f"(`{names['FINETUNE_10_SEEDS_RUN']}`, {len(runs)} runs")
-    seeds, counts = sorted(set(runs["seed"])), sorted(set(runs["source_labels"]))
-    assert seeds == list(range(10)) and counts == [7, 9]
-    assert recorded(folder) == recorded(lr_study) == recorded(xeon)
     source, default = "Source only", "Finetune_Offline"
     last, short_low = "Finetune_Offline (last layer only)", "Finetune_Offline (5 epochs, lr 0.0005)"
-    per = runs.pivot_table(index=["source_labels", "seed"], columns="method", values="final_acc")
-    assert set(per.columns) == {source, default, last, short_low}
+    counts = [7, 9]
     # seeds 0-2: the lr study's rows and the Xeon run's last-layer form, to the last digit
-    repeated = 0
-    for earlier, rows in ((lr_study, (source, default, short_low)), (xeon, (last,))):
-        old = _csv(earlier / "source_labels.csv").pivot_table(index=["source_labels", "seed"], columns="method",
-                                                              values="final_acc")
-        for row in rows:
-            assert (per.loc[old.index, row] == old[row]).all(), (earlier.name, row)
-            repeated += len(old)
+    flat, per, repeated = _ten_seed_study("FINETUNE_10_SEEDS", counts, (
+        ("fashion_mnist_finetune_lr", (source, default, short_low)), ("fashion_mnist_finetune_freeze_xeon", (last,))))
     says(flat, f"repeat those {repeated} runs to the last digit")
     paper = paper_table("SourceLabels")
     interval = lambda row, k: (per.loc[k, row].mean(), ci95(per.loc[k, row]))  # noqa: E731 - mean, half-width
@@ -1336,34 +1348,14 @@ def test_reproduction_doc_quotes_finetune_offline_over_ten_seeds_with_3_and_5_cl
     ``fashion_mnist_finetune_freeze/`` (same float kernels, one thread) to the last digit; every mean, interval, end,
     gain, spread, count and correlation the paragraph quotes is the committed file's."""
     from fda_core.experiments.paper_numbers import paper_table
-    from fda_core.workbook.float_kernels import recorded
     from fda_core.workbook.reproduction import ci95
 
-    folder = FIGURES / "05_semi_synthetic" / "fashion_mnist_finetune_10_seeds_3_5"
-    table_5 = folder.with_name("fashion_mnist_ablations")
-    freeze = folder.with_name("fashion_mnist_finetune_freeze")
-    flat = " ".join((ROOT / "docs" / "reproduction.md").read_text(encoding="utf-8").split())
-    names = _notebook_05_folder_and_command("FINETUNE_10_SEEDS_3_5")
-    assert names["FINETUNE_10_SEEDS_3_5"] == str(folder.relative_to(ROOT))
-    runs = _csv(folder / "source_labels.csv")
-    says(flat, f"(`{names['FINETUNE_10_SEEDS_3_5_RUN']}`, {len(runs)} runs")
-    seeds, counts = sorted(set(runs["seed"])), sorted(set(runs["source_labels"]))
-    assert seeds == list(range(10)) and counts == [3, 5]
-    assert recorded(folder) == recorded(table_5) == recorded(freeze)
     source, default = "Source only", "Finetune_Offline"
     last, short_low = "Finetune_Offline (last layer only)", "Finetune_Offline (5 epochs, lr 0.0005)"
-    per = runs.pivot_table(index=["source_labels", "seed"], columns="method", values="final_acc")
-    assert set(per.columns) == {source, default, last, short_low}
+    counts = [3, 5]
     # seeds 0-2: Table 5's rows and the last-layer form of the freeze study, to the last digit
-    repeated = 0
-    for earlier, rows in ((table_5, (source, default)), (freeze, (last,))):
-        old = _csv(earlier / "source_labels.csv").pivot_table(index=["source_labels", "seed"], columns="method",
-                                                              values="final_acc")
-        old = old.loc[[index for index in old.index if index[0] in counts]]
-        assert len(old) == 6
-        for row in rows:
-            assert (per.loc[old.index, row] == old[row]).all(), (earlier.name, row)
-            repeated += len(old)
+    flat, per, repeated = _ten_seed_study("FINETUNE_10_SEEDS_3_5", counts, (
+        ("fashion_mnist_ablations", (source, default)), ("fashion_mnist_finetune_freeze", (last,))))
     says(flat, f"repeat those {repeated} runs to the last digit")
     paper = paper_table("SourceLabels")
     pm = lambda v: f"{v.mean():.1f} ± {ci95(v):.1f}"  # noqa: E731 - mean ± half-width
