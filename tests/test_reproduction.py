@@ -1,6 +1,7 @@
 """The reproduction report: verdicts from per-run files beside the papers' tables (hand-made cases)."""
 
 import math
+from dataclasses import replace
 
 import pandas as pd
 import pytest
@@ -299,6 +300,56 @@ def test_table_3_at_noise_0_6_joins_the_fashion_mnist_table(tmp_path):
                 runs(0.6, 200, 50.0, 68.0) + runs(0.4, 1000, 60.0, 60.0))
     with pytest.raises(ValueError, match=r"noise_std 0.4, n_target_labeled 1000 is in both .*fashion_mnist_ablations "
                                          r"and .*fashion_mnist_ablations_noise_0.6"):
+        reproduction_table(tmp_path)
+
+
+def test_more_seeds_join_table_5_on_fashion_mnist_and_must_be_the_same_runs(tmp_path, monkeypatch):
+    """Table 5 on Fashion-MNIST takes more seeds of Source only and Finetune_Offline from the ten-seed folders
+    (``TableSpec.more_seeds``): seeds the main file lacks join its rows, seeds both hold must agree to the last digit,
+    and another setting, other float kernels or another constant column is refused, naming both files. Paper, Table 5
+    with 3 classes per source: Source only 25.54. Ours: 20/21/22 in the main file (21 ± 2.48: within noise); with
+    seeds 3 and 4 at 30 and 31 from the ten-seed file, 24.8 ± 6.16 over five seeds (still within noise, trials 5);
+    FedGP keeps its three seeds; a row the paper lacks (the last-layer form) stays out."""
+    fashion = tmp_path / "05_semi_synthetic"
+    main_file = fashion / "fashion_mnist_ablations" / "source_labels.csv"
+    extra = fashion / "fashion_mnist_finetune_10_seeds_3_5" / "source_labels.csv"
+    monkeypatch.setattr(reproduction, "TABLES", tuple(
+        replace(spec, more_seeds=(str(extra.relative_to(tmp_path)),)) if spec.csv == str(main_file.relative_to(tmp_path))
+        else spec for spec in reproduction.TABLES))
+
+    def runs(method, accuracies, first_seed=0, noise=0.4):
+        return [{"method": method, "trial": first_seed + i, "seed": first_seed + i, "source_labels": 3,
+                 "noise_std": noise, "final_acc": acc} for i, acc in enumerate(accuracies)]
+
+    _write_runs(main_file, runs("Source only", [20.0, 21.0, 22.0]) + runs("FedGP (cosine)", [60.0, 62.0, 64.0]))
+    extra_rows = runs("Source only", [20.0, 21.0, 22.0, 30.0, 31.0]) + runs("Finetune_Offline (last layer only)", [50.0])
+    _write_runs(extra, extra_rows)
+    table = reproduction_table(tmp_path)
+    by = table.set_index("method")
+    assert set(by.index) == {"Source only", "FedGP"}
+    assert by.loc["Source only", "trials"] == 5
+    assert by.loc["Source only", "ours_mean"] == pytest.approx(24.8)
+    assert by.loc["Source only", "ours_ci95"] == pytest.approx(round(ci95([20, 21, 22, 30, 31]), 2))
+    assert by.loc["Source only", "verdict"] == "reproduced within noise"
+    assert ("3 from figures/05_semi_synthetic/fashion_mnist_ablations/source_labels.csv, 2 from "
+            "figures/05_semi_synthetic/fashion_mnist_finetune_10_seeds_3_5/source_labels.csv") in \
+        by.loc["Source only", "setting_difference"]
+    assert by.loc["FedGP", "trials"] == 3 and "seeds of this row" not in by.loc["FedGP", "setting_difference"]
+    # without the ten-seed file: the three seeds alone (21 ± 2.48), the same verdict from fewer trials
+    extra.unlink()
+    assert reproduction_table(tmp_path).set_index("method").loc["Source only", "trials"] == 3
+    for rows, note, match in (
+            (runs("Source only", [20.0, 21.5, 22.0, 30.0]), None, r"their common run .*'seed': 1.* differs in final_acc \(21.0 against 21.5\)"),
+            (runs("Source only", [30.0], first_seed=3, noise=0.6), None, r"its column 'noise_std' is not 0.4 in every row"),
+            (extra_rows, "same for every run: rounds=50, source_lr=0.01, target_lr=0.01, model=small_cnn",
+             "their shared settings differ")):
+        _write_runs(extra, rows, **({"note": note} if note else {}))
+        with pytest.raises(ValueError, match=r"fashion_mnist_finetune_10_seeds_3_5.* cannot add seeds to "
+                                             r".*fashion_mnist_ablations.*: " + match):
+            reproduction_table(tmp_path)
+    _write_runs(extra, extra_rows)
+    (extra.parent / "float_kernels.txt").write_text("0.25\n")
+    with pytest.raises(ValueError, match="other float kernels"):
         reproduction_table(tmp_path)
 
 

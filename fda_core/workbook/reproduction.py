@@ -153,7 +153,9 @@ class TableSpec:
     other columns; ``where``: rows of the CSV to use (column → value); ``aliases``: our display label → the
     paper's row name where the paper's code ran a row as one of our named variants (the FedGP paper's Target only
     trains after the warm-up in its scripts, our "Target only (after warm-up)"); ``reason``: why a row can differ
-    (the evidence in words; the numbers are in the row)."""
+    (the evidence in words; the numbers are in the row); ``more_seeds``: per-run CSVs under ``figures/`` of the same
+    runs with more seeds for some of ``csv``'s rows (:func:`_with_more_seeds`: the same settings and float kernels,
+    and the seeds both files hold equal to the last digit); missing files are skipped."""
 
     key: str
     paper: str
@@ -165,6 +167,7 @@ class TableSpec:
     average: str | None = None
     where: dict = field(default_factory=dict)
     aliases: dict = field(default_factory=dict)
+    more_seeds: tuple[str, ...] = ()
 
 
 _FMNIST = ("MNIST-5k digits (500 per client) stand in for Fashion-MNIST (6,000 per client); digits are far more "
@@ -276,11 +279,56 @@ TARGET_SAMPLE_RUNS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+def _with_more_seeds(runs: pd.DataFrame, path: Path, extra: Path, key: Sequence[str]) -> pd.DataFrame:
+    """``runs`` (the per-run file ``path``) with the seeds of ``extra``'s rows that ``runs`` lacks, for the methods
+    ``runs`` holds (``docs/reproduction.md`` § More seeds for some rows). ``extra`` must be more seeds of the same
+    runs: the same shared settings (its "same for every run:" note line), the same float kernels (its folder's
+    recorded fingerprint, :mod:`fda_core.workbook.float_kernels`), the value of every column that is constant in
+    ``runs`` (but its trial numbers and results), and, for every ``key`` (columns naming a run, ``seed`` among them) present in both, the same results
+    to the last digit; ValueError naming both files otherwise. Returns the joined runs (``extra``'s runs that
+    ``runs`` lacks appended, with ``runs``' columns)."""
+    from .float_kernels import recorded
+
+    more = _read(extra)
+    where = f"{extra} cannot add seeds to {path}"
+    shared = [[line for line in read_note(p) if line.startswith("same for every run:")] for p in (path, extra)]
+    if shared[0] != shared[1]:
+        raise ValueError(f"{where}: their shared settings differ ({shared[0]} against {shared[1]})")
+    if recorded(path.parent) != recorded(extra.parent):
+        raise ValueError(f"{where}: they were made on other float kernels ({recorded(path.parent)} against "
+                         f"{recorded(extra.parent)}), so their common seeds differ in the last digits")
+    missing = [c for c in key if c not in runs or c not in more]
+    if missing:
+        raise ValueError(f"{where}: both need the columns {missing}")
+    more = more[more["method"].isin(set(runs["method"]))]
+    results = [c for c in STATISTICS if c in runs and c in more]
+    for column in runs.columns:  # the settings that are the same in every run of ``runs``
+        values = runs[column].dropna().unique()
+        if column not in (*key, *STATISTICS, "trial", "from_file") and len(values) == 1 and column in more:
+            if not (more[column].astype(str) == str(values[0])).all():
+                raise ValueError(f"{where}: its column {column!r} is not {str(values[0])} in every row")
+    both = runs.merge(more, on=list(key), suffixes=("", "_more"))
+    for column in results:
+        differ = both[both[column] != both[f"{column}_more"]]
+        if len(differ):
+            raise ValueError(f"{where}: their common run {differ[list(key)].iloc[0].to_dict()} differs in {column} "
+                             f"({float(differ[column].iloc[0])!r} against {float(differ[column + '_more'].iloc[0])!r})")
+    known = pd.MultiIndex.from_frame(runs[list(key)].astype(str))
+    new = more[~pd.MultiIndex.from_frame(more[list(key)].astype(str)).isin(known)]
+    return pd.concat([runs, new[[c for c in runs.columns if c in new]]], ignore_index=True)
+
+
 def _ours(spec: TableSpec, root: Path) -> tuple[pd.DataFrame, str] | None:
+    """Our runs of ``spec`` (with the columns ``acc``, the compared statistic; ``col``, the paper's column;
+    ``paper_method``; ``from_file``, the file under ``figures/`` a run comes from) and the settings line."""
     path = root / spec.csv
     if not path.exists():
         return None
-    runs = _read(path)
+    runs = _read(path).assign(from_file=spec.csv)
+    for name in spec.more_seeds:
+        if (root / name).exists():
+            key = ["method", "seed"] + ([spec.column] if spec.column else [])
+            runs = _with_more_seeds(runs, path, root / name, key).fillna({"from_file": name})
     for col, val in spec.where.items():
         if col not in runs:
             return None
@@ -297,6 +345,16 @@ def _ours(spec: TableSpec, root: Path) -> tuple[pd.DataFrame, str] | None:
     if statistic != spec.value:
         setting += f"; ours: {statistic} (paper: {spec.value})"
     return runs, setting
+
+
+def _seeds_from(runs: pd.DataFrame) -> str:
+    """What the settings line of a row adds when its runs come from more than one file (``TableSpec.more_seeds``):
+    how many seeds each file gives; empty for one file."""
+    files = runs.groupby("from_file", sort=False)["seed"].nunique() if "seed" in runs else runs["from_file"].value_counts()
+    if len(files) < 2:
+        return ""
+    return ("; seeds of this row: " + ", ".join(f"{n} from figures/{name}" for name, n in files.items()) +
+            " (more seeds of the same runs, docs/reproduction.md § More seeds for some rows)")
 
 
 def _match_column(value: object, columns: Sequence[object]) -> object | None:
@@ -323,11 +381,12 @@ def _table_rows(spec: TableSpec, root: Path) -> list[dict]:
         return []
     runs, setting = got
     paper = paper_table(spec.key)
-    per = {}  # (paper column, method) -> per-trial accuracies
+    per, seeds_from = {}, {}  # (paper column, method) -> per-trial accuracies, what the settings line adds
     for (col, method), g in runs.groupby(["col", "paper_method"], sort=False):
         pcol = _match_column(col, paper.columns)
         if pcol is not None and method in paper.index:
             per[(pcol, method)] = g.sort_values("trial")["acc"].to_numpy()
+            seeds_from[(pcol, method)] = _seeds_from(g)
     if spec.average and spec.average in paper.columns:
         for method, g in runs.groupby("paper_method", sort=False):
             if method in paper.index:
@@ -351,7 +410,7 @@ def _table_rows(spec: TableSpec, root: Path) -> list[dict]:
                 "method": m, "paper_value": round(pv, 2), "ours_mean": round(ours_mean[m], 2),
                 "ours_ci95": round(ci, 2) if not math.isnan(ci) else float("nan"), "trials": int(trials.size),
                 "rank_ours": int(ours_rank[m]), "rank_paper": int(paper_rank[m]), "n_methods": len(methods),
-                "setting_difference": setting, "verdict": verdict, **firmness,
+                "setting_difference": setting + seeds_from.get((pcol, m), ""), "verdict": verdict, **firmness,
                 "reason": "" if verdict == VERDICTS[0] else spec.reason,
             })
     return rows
