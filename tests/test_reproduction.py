@@ -306,8 +306,8 @@ def test_table_3_at_noise_0_6_joins_the_fashion_mnist_table(tmp_path):
 def test_more_seeds_join_table_5_on_fashion_mnist_and_must_be_the_same_runs(tmp_path, monkeypatch):
     """Table 5 on Fashion-MNIST takes more seeds of Source only and Finetune_Offline from the ten-seed folders
     (``TableSpec.more_seeds``): seeds the main file lacks join its rows, seeds both hold must agree to the last digit,
-    and another setting, other float kernels or another constant column is refused, naming both files. Paper, Table 5
-    with 3 classes per source: Source only 25.54. Ours: 20/21/22 in the main file (21 ± 2.48: within noise); with
+    and another setting, other float kernels, another constant column or a row without a common seed is refused, naming
+    both files. Paper, Table 5 with 3 classes per source: Source only 25.54. Ours: 20/21/22 in the main file (21 ± 2.48: within noise); with
     seeds 3 and 4 at 30 and 31 from the ten-seed file, 24.8 ± 6.16 over five seeds (still within noise, trials 5);
     FedGP keeps its three seeds; a row the paper lacks (the last-layer form) stays out."""
     fashion = tmp_path / "05_semi_synthetic"
@@ -341,6 +341,8 @@ def test_more_seeds_join_table_5_on_fashion_mnist_and_must_be_the_same_runs(tmp_
     for rows, note, match in (
             (runs("Source only", [20.0, 21.5, 22.0, 30.0]), None, r"their common run .*'seed': 1.* differs in final_acc \(21.0 against 21.5\)"),
             (runs("Source only", [30.0], first_seed=3, noise=0.6), None, r"its column 'noise_std' is not 0.4 in every row"),
+            (runs("Source only", [30.0, 31.0], first_seed=3), None,
+             r"it shares no seed with it for \{'method': 'Source only', 'source_labels': '3'\}, so nothing shows"),
             (extra_rows, "same for every run: rounds=50, source_lr=0.01, target_lr=0.01, model=small_cnn",
              "their shared settings differ")):
         _write_runs(extra, rows, **({"note": note} if note else {}))

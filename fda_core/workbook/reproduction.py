@@ -289,9 +289,10 @@ def _with_more_seeds(runs: pd.DataFrame, path: Path, extra: Path, key: Sequence[
     ``runs`` holds (``docs/reproduction.md`` § More seeds for some rows). ``extra`` must be more seeds of the same
     runs: the same shared settings (its "same for every run:" note line), the same float kernels (its folder's
     recorded fingerprint, :mod:`fda_core.workbook.float_kernels`), the value of every column that is constant in
-    ``runs`` (but its trial numbers and results), and, for every ``key`` (columns naming a run, ``seed`` among them) present in both, the same results
-    to the last digit; ValueError naming both files otherwise. Returns the joined runs (``extra``'s runs that
-    ``runs`` lacks appended, with ``runs``' columns)."""
+    ``runs`` (but its trial numbers and results), the same results to the last digit for every ``key`` (columns
+    naming a run, ``seed`` among them) present in both, and at least one such seed for every row (``key`` but the
+    seed) to which it adds seeds; ValueError naming both files otherwise. Returns the joined runs (``extra``'s runs
+    that ``runs`` lacks appended, with ``runs``' columns)."""
     from .float_kernels import recorded
 
     more = _read(extra)
@@ -320,6 +321,11 @@ def _with_more_seeds(runs: pd.DataFrame, path: Path, extra: Path, key: Sequence[
                              f"({float(differ[column].iloc[0])!r} against {float(differ[column + '_more'].iloc[0])!r})")
     known = pd.MultiIndex.from_frame(runs[list(key)].astype(str))
     new = more[~pd.MultiIndex.from_frame(more[list(key)].astype(str)).isin(known)]
+    row = [c for c in key if c != "seed"]  # a row of the table: its runs differ in the seed only
+    unchecked = set(map(tuple, new[row].astype(str).to_numpy())) - set(map(tuple, both[row].astype(str).to_numpy()))
+    if unchecked:
+        raise ValueError(f"{where}: it shares no seed with it for {dict(zip(row, sorted(unchecked)[0]))}, so nothing "
+                         "shows that its runs are the same")
     return pd.concat([runs, new[[c for c in runs.columns if c in new]]], ignore_index=True)
 
 
