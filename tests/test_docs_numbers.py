@@ -494,16 +494,21 @@ def test_reproduction_doc_quotes_the_fashion_mnist_reference_partition_run():
     assert 0 < below < std  # "within one standard deviation"
     says(flat, "give " + ", ".join(f"{v:.1f}" for v in five["final_acc"][:-1]) + f" and {five['final_acc'].iloc[-1]:.1f}, "
                f"mean {mean:.1f}, standard deviation {std:.1f}, {below:.1f} under the paper: within one standard deviation")
-    says(readme, f"over five seeds, one thread: {mean:.1f}, standard deviation {std:.1f}, "
-                 "`figures/05_semi_synthetic/fashion_mnist_label_shift_reference_source_only_5_seeds/`;")
+    says(readme, f"over five seeds, one thread: {mean:.1f}, standard deviation {std:.1f} (the reproduction report takes "
+                 "these five seeds), `figures/05_semi_synthetic/fashion_mnist_label_shift_reference_source_only_5_seeds/`;")
     fedda0 = runs[(runs["name"] == "FedDA") & (runs["eta"] == 0.0)]["last5_acc"].item()
     says(flat, f"FedDA at η = 0, {gap['FedDA', 0.0]:.1f} above, where FedDA swings from round to round (its last five "
                f"evaluations average {fedda0:.1f};")
     report = pd.read_csv(FIGURES / "reproduction.csv", comment="#")
     mine = report[report["table"] == "Fig. 3 / Table 7 (label shift, the paper's scripts and partition, Fashion-MNIST)"]
     same = mine["verdict"] == "same ordering"
-    assert same[mine["setting"] != "eta 0.45"].all() and len(mine) == 20
-    says(flat, f"counts {int(same.sum())} of the 20 rows \"same ordering\"")
+    joined = mine.set_index(["setting", "method"]).loc[("eta 0.05", "Source only")]  # its five seeds, joined
+    assert joined["trials"] == len(five) and joined["verdict"] == "reproduced within noise"
+    assert joined["ours_mean"] == round(mean, 2) and int((mine["trials"] == 1).sum()) == len(mine) - 1
+    assert same[(mine["setting"] != "eta 0.45") & (mine["trials"] == 1)].all() and len(mine) == 20
+    says(flat, f"counts {int(same.sum())} of the 20 rows \"same ordering\", and Source only at η = 0.05, which takes "
+               f"the five seeds below (§ More seeds for some rows), \"reproduced within noise\" ({joined['ours_mean']:.1f} ± "
+               f"{joined['ours_ci95']:.1f} against {joined['paper_value']:.2f}); with one seed the other rows cannot be")
     swapped = mine[(mine["setting"] == "eta 0.45") & ~same].set_index("method")
     assert set(swapped.index) == {"FedGP", "Source only"}
     assert (swapped.loc["FedGP", "rank_ours"], swapped.loc["Source only", "rank_ours"]) == (2, 3)
@@ -687,15 +692,21 @@ def test_reproduction_doc_quotes_the_verdicts_that_moved_between_cpu_kinds(tmp_p
                f"here) flags this row; the standard error of the mean ({se:.2f}) would not")
 
 
-def test_reproduction_doc_quotes_the_report_made_on_another_cpu():
+def test_reproduction_doc_quotes_the_report_made_on_another_cpu(monkeypatch):
     """docs/reproduction.md § How firm a verdict is, "A second test": the report of a clean-clone run on another kind
-    of CPU (kept in docs/evidence/) against the committed one: which verdicts changed, which the committed report had
-    flagged, and the numbers of the two it had not."""
+    of CPU (kept in docs/evidence/) against the committed one (as the committed files give it without the seeds joined
+    since, § More seeds for some rows, which that run's report could not have): which verdicts changed, which the
+    committed report had flagged, and the numbers of the two it had not."""
+    from dataclasses import replace
+
     from scipy import stats
+
+    from fda_core.workbook import reproduction
 
     key = ["table", "setting", "method"]
     other = _csv(ROOT / "docs" / "evidence" / "reproduction_on_another_cpu.csv").set_index(key).sort_index()
-    ours = _csv(FIGURES / "reproduction.csv").set_index(key).sort_index()
+    monkeypatch.setattr(reproduction, "TABLES", tuple(replace(spec, more_seeds=()) for spec in reproduction.TABLES))
+    ours = reproduction.reproduction_table(FIGURES).set_index(key).sort_index()
     ours = ours.loc[ours.index.intersection(other.index)]  # tables added since (the ablations on Fashion-MNIST) aside
     assert len(ours) == len(other)  # every verdict of the evidence is still in the report
     moved = ours.index[ours["verdict"] != other["verdict"]]
@@ -876,8 +887,8 @@ def test_reproduction_doc_quotes_the_ablations_on_fashion_mnist():
     assert seeds["source_labels"] == seeds["target_samples"], seeds  # the doc states one set of seeds for all three
     says(flat, f"ours (mean ± 95% half-width over seeds 0–{len(seeds['target_samples']) - 1}; Table 5's Source only and "
                "Finetune_Offline over seeds 0–9, from the ten-seed runs below, whose seeds 0–2 are these) / paper")
-    more = report["setting_difference"].str.contains("seeds of this row", regex=False)
-    assert set(report.loc[more, "table"]) == {"Table 5 (shifts between sources, the paper's scripts, Fashion-MNIST)"}
+    more = report["setting_difference"].str.contains("seeds of this row", regex=False) & (
+        report["table"] == "Table 5 (shifts between sources, the paper's scripts, Fashion-MNIST)")
     assert set(report.loc[more, "method"]) == {"Source only", "Finetune_Offline"} and (report.loc[more, "trials"] == 10).all()
     fedgp = pd.concat([r.xs("FedGP", level="method") for r in rows.values()])
     says(flat, f"within {fedgp['gap'].abs().max():.1f} points of it in all {len(fedgp)} of its cells")
@@ -1510,17 +1521,19 @@ def test_reproduction_doc_quotes_finetune_offline_over_ten_seeds_with_7_and_9_cl
 
 
 def test_reproduction_doc_says_what_more_seeds_change_in_the_report(monkeypatch):
-    """docs/reproduction.md § More seeds for some rows: the verdicts of Table 5 on Fashion-MNIST that the ten seeds
-    change, and the report's counts before and after, from the committed files with and without the join."""
+    """docs/reproduction.md § More seeds for some rows: the tables that join more seeds and their files, the verdicts
+    the joined seeds change, and the report's counts before and after, from the committed files with and without the
+    join."""
     from dataclasses import replace
 
     from fda_core.workbook import reproduction
 
     flat = " ".join((ROOT / "docs" / "reproduction.md").read_text(encoding="utf-8").split())
-    table = "Table 5 (shifts between sources, the paper's scripts, Fashion-MNIST)"
-    joined = [spec for spec in reproduction.TABLES if spec.more_seeds]
-    assert [spec.where_in_paper for spec in joined] == [table]
-    for name in joined[0].more_seeds:
+    table_5 = "Table 5 (shifts between sources, the paper's scripts, Fashion-MNIST)"
+    table_7 = "Fig. 3 / Table 7 (label shift, the paper's scripts and partition, Fashion-MNIST)"
+    joined = {spec.where_in_paper: spec.more_seeds for spec in reproduction.TABLES if spec.more_seeds}
+    assert list(joined) == [table_7, table_5]
+    for name in (*joined[table_5], *joined[table_7]):
         assert (FIGURES / name).exists(), name
         says(flat, f"`{Path(name).parent.name}/`")
     after = reproduction.reproduction_table(FIGURES)
@@ -1530,14 +1543,21 @@ def test_reproduction_doc_says_what_more_seeds_change_in_the_report(monkeypatch)
     pair = before[key + ["verdict"]].merge(after[key + ["verdict"]], on=key, suffixes=("_before", "_after"))
     assert len(pair) == len(before) == len(after)
     changed = pair[pair["verdict_before"] != pair["verdict_after"]]
-    assert set(changed["table"]) == {table}
-    says(flat, f"the ten seeds change {len(changed)} of its {int((after['table'] == table).sum())} verdicts")
+    assert set(changed["table"]) == {table_5, table_7}
+    in_5 = changed[changed["table"] == table_5]
+    says(flat, f"For Table 5 on Fashion-MNIST the ten seeds change {len(in_5)} of its "
+               f"{int((after['table'] == table_5).sum())} verdicts")
     moves = {(b, a): sorted((m, int(s.split()[-1])) for m, s in zip(g["method"], g["setting"]))
-             for (b, a), g in changed.groupby(["verdict_before", "verdict_after"])}
+             for (b, a), g in in_5.groupby(["verdict_before", "verdict_after"])}
     assert moves == {
         ("reproduced within noise", "differs"): [("Finetune_Offline", 3), ("Finetune_Offline", 5), ("Finetune_Offline", 7),
                                                  ("Source only", 3)],
         ("reproduced within noise", "same ordering"): [("Source only", 7), ("Source only", 9)],
         ("differs", "same ordering"): [("Finetune_Offline", 9)]}
+    in_7 = changed[changed["table"] == table_7]
+    assert list(zip(in_7["setting"], in_7["method"], in_7["verdict_before"], in_7["verdict_after"])) == [
+        ("eta 0.05", "Source only", "same ordering", "reproduced within noise")]
+    says(flat, "In Table 7 on the reference partition the five seeds of Source only at η = 0.05 turn its \"same "
+               "ordering\" into \"reproduced within noise\"")
     counts = lambda t: " / ".join(str(int((t["verdict"] == v).sum())) for v in reproduction.VERDICTS)  # noqa: E731
     says(flat, f"The report's counts go from {counts(before)} (within noise / same ordering / differs) to {counts(after)}.")

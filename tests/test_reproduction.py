@@ -340,11 +340,11 @@ def test_more_seeds_join_table_5_on_fashion_mnist_and_must_be_the_same_runs(tmp_
     assert reproduction_table(tmp_path).set_index("method").loc["Source only", "trials"] == 3
     for rows, note, match in (
             (runs("Source only", [20.0, 21.5, 22.0, 30.0]), None, r"their common run .*'seed': 1.* differs in final_acc \(21.0 against 21.5\)"),
-            (runs("Source only", [30.0], first_seed=3, noise=0.6), None, r"its column 'noise_std' is not 0.4 in every row"),
+            (runs("Source only", [30.0], first_seed=3, noise=0.6), None, r"its column 'noise_std' is not 0.4 in every run of Source only"),
             (runs("Source only", [30.0, 31.0], first_seed=3), None,
              r"it shares no seed with it for \{'method': 'Source only', 'source_labels': '3'\}, so nothing shows"),
             (extra_rows, "same for every run: rounds=50, source_lr=0.01, target_lr=0.01, model=small_cnn",
-             "their shared settings differ")):
+             r"their setting rounds differs \(8 against 50\)")):
         _write_runs(extra, rows, **({"note": note} if note else {}))
         with pytest.raises(ValueError, match=r"fashion_mnist_finetune_10_seeds_3_5.* cannot add seeds to "
                                              r".*fashion_mnist_ablations.*: " + match):
@@ -353,6 +353,27 @@ def test_more_seeds_join_table_5_on_fashion_mnist_and_must_be_the_same_runs(tmp_
     (extra.parent / "float_kernels.txt").write_text("0.25\n")
     with pytest.raises(ValueError, match="other float kernels"):
         reproduction_table(tmp_path)
+
+
+def test_settings_of_two_files_agree_where_one_fixes_what_the_other_varies(tmp_path):
+    """The join compares the settings the runs resolved to, from both notes' "same for every run" and "varies" lines
+    (values may hold dicts): a file whose runs all have a value that the other's runs vary over is accepted; one whose
+    value is not among them, or whose varying values share none, is refused."""
+    main, extra = tmp_path / "a" / "runs.csv", tmp_path / "b" / "runs.csv"
+    rows = [{"method": "Source only", "trial": 0, "seed": 0, "eta": 0.05, "final_acc": 40.0}]
+    varied = "varies: rounds in [50, 52]; dataset_options in [{eta: 0.05, seed: 0}, {eta: 0.15, seed: 0}]"
+    _write_runs(main, rows, note="same for every run: model=small_cnn, seed=0\n# " + varied)
+    for fixed, dataset, ok in (("52", "{eta: 0.05, seed: 0}", True), ("51", "{eta: 0.05, seed: 0}", False),
+                               ("52", "{eta: 0.45, seed: 0}", False)):
+        _write_runs(extra, rows + [{**rows[0], "trial": 1, "seed": 1, "final_acc": 50.0}],
+                    note=f"same for every run: model=small_cnn, rounds={fixed}\n# varies: seed in [0, 1]; "
+                         f"dataset_options in [{dataset}, {{eta: 0.05, seed: 1}}]")
+        if ok:
+            joined = reproduction._with_more_seeds(pd.read_csv(main, comment="#"), main, extra, ["method", "seed", "eta"])
+            assert list(joined["final_acc"]) == [40.0, 50.0]
+        else:
+            with pytest.raises(ValueError, match="their setting (rounds|dataset_options) differs"):
+                reproduction._with_more_seeds(pd.read_csv(main, comment="#"), main, extra, ["method", "seed", "eta"])
 
 
 def test_inb_order_rows(tmp_path):

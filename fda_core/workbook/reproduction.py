@@ -263,7 +263,8 @@ TABLES: tuple[TableSpec, ...] = (
               reason=_FASHION_LABEL_SHIFT_RUN),
     TableSpec("LabelShift", "FedGP", "Fig. 3 / Table 7 (label shift, the paper's scripts and partition, Fashion-MNIST)",
               "05_semi_synthetic/fashion_mnist_label_shift_reference/label_shift.csv", "eta",
-              aliases=SCRIPTS_TARGET_ONLY, reason=_FASHION_LABEL_SHIFT_REFERENCE_RUN),
+              aliases=SCRIPTS_TARGET_ONLY, reason=_FASHION_LABEL_SHIFT_REFERENCE_RUN,
+              more_seeds=("05_semi_synthetic/fashion_mnist_label_shift_reference_source_only_5_seeds/label_shift.csv",)),
     TableSpec("Projection", "FedGP", "Table 4 (projection and filtering)", "05_semi_synthetic/projection_filtering.csv",
               "noise_std", aliases=SCRIPTS_TARGET_ONLY, reason=_FMNIST + _SWEEP),
     TableSpec("SourceLabels", "FedGP", "Table 5 (shifts between sources)", "05_semi_synthetic/source_labels.csv",
@@ -284,22 +285,63 @@ TARGET_SAMPLE_RUNS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+def _split_top(text: str, separator: str) -> list[str]:
+    """``text`` split at ``separator`` outside brackets and braces (a note's values hold dicts and lists)."""
+    parts, depth, start, i = [], 0, 0, 0
+    while i < len(text):
+        if text[i] in "{[(":
+            depth += 1
+        elif text[i] in "}])":
+            depth -= 1
+        elif depth == 0 and text.startswith(separator, i):
+            parts.append(text[start:i])
+            i = start = i + len(separator)
+            continue
+        i += 1
+    return [part for part in (*parts, text[start:]) if part]
+
+
+def _settings(notes: list[str]) -> dict[str, set[str]]:
+    """Config key -> the values the runs of a result CSV resolved to, from the note lines that
+    :func:`fda_core.experiments.tables.setting_note` writes ("same for every run: k=v, ..." and
+    "varies: k in [v, ...]; ...")."""
+    settings: dict[str, set[str]] = {}
+    for line in notes:
+        if line.startswith("same for every run: "):
+            for part in _split_top(line[len("same for every run: "):], ", "):
+                name, _, value = part.partition("=")
+                settings[name] = {value}
+        elif line.startswith("varies: "):
+            for part in _split_top(line[len("varies: "):], "; "):
+                name, _, values = part.partition(" in [")
+                settings[name] = set(_split_top(values[:-1], ", "))
+    return settings
+
+
 def _with_more_seeds(runs: pd.DataFrame, path: Path, extra: Path, key: Sequence[str]) -> pd.DataFrame:
     """``runs`` (the per-run file ``path``) with the seeds of ``extra``'s rows that ``runs`` lacks, for the methods
-    ``runs`` holds (``docs/reproduction.md`` § More seeds for some rows). ``extra`` must be more seeds of the same
-    runs: the same shared settings (its "same for every run:" note line), the same float kernels (its folder's
-    recorded fingerprint, :mod:`fda_core.workbook.float_kernels`), the value of every column that is constant in
-    ``runs`` (but its trial numbers and results), the same results to the last digit for every ``key`` (columns
-    naming a run, ``seed`` among them) present in both, and at least one such seed for every row (``key`` but the
-    seed) to which it adds seeds; ValueError naming both files otherwise. Returns the joined runs (``extra``'s runs
-    that ``runs`` lacks appended, with ``runs``' columns)."""
+    ``runs`` holds (``docs/reproduction.md`` § More seeds for some rows). ``extra`` must hold more seeds of the same
+    runs, else ValueError naming both files:
+
+    * settings that agree (:func:`_settings`; the seed aside): where one file's runs all have one value, the other's
+      have it too, and where both vary they share a value;
+    * the same float kernels (each folder's recorded fingerprint, :mod:`fda_core.workbook.float_kernels`);
+    * in every column that is constant over ``runs``' runs of a method, the same value in its runs of that method
+      (trial numbers and results aside);
+    * the same results to the last digit for every ``key`` (the columns naming a run, ``seed`` among them) that both
+      hold, and at least one such seed for every row (``key`` but the seed) to which it adds seeds.
+
+    Returns the joined runs: ``extra``'s runs that ``runs`` lacks appended, with ``runs``' columns."""
     from .float_kernels import recorded
 
     more = _read(extra)
     where = f"{extra} cannot add seeds to {path}"
-    shared = [[line for line in read_note(p) if line.startswith("same for every run:")] for p in (path, extra)]
-    if shared[0] != shared[1]:
-        raise ValueError(f"{where}: their shared settings differ ({shared[0]} against {shared[1]})")
+    ours, theirs = _settings(read_note(path)), _settings(read_note(extra))
+    for name in sorted(set(ours) & set(theirs) - {"seed"}):
+        a, b = ours[name], theirs[name]
+        if not (a & b) or (len(a) == 1 and not a <= b) or (len(b) == 1 and not b <= a):
+            raise ValueError(f"{where}: their setting {name} differs ({', '.join(sorted(a))} against "
+                             f"{', '.join(sorted(b))})")
     if recorded(path.parent) != recorded(extra.parent):
         raise ValueError(f"{where}: they were made on other float kernels ({recorded(path.parent)} against "
                          f"{recorded(extra.parent)}), so their common seeds differ in the last digits")
@@ -308,11 +350,13 @@ def _with_more_seeds(runs: pd.DataFrame, path: Path, extra: Path, key: Sequence[
         raise ValueError(f"{where}: both need the columns {missing}")
     more = more[more["method"].isin(set(runs["method"]))]
     results = [c for c in STATISTICS if c in runs and c in more]
-    for column in runs.columns:  # the settings that are the same in every run of ``runs``
-        values = runs[column].dropna().unique()
-        if column not in (*key, *STATISTICS, "trial", "from_file") and len(values) == 1 and column in more:
-            if not (more[column].astype(str) == str(values[0])).all():
-                raise ValueError(f"{where}: its column {column!r} is not {str(values[0])} in every row")
+    for method, mine in runs.groupby("method"):  # the settings that are the same in every run of a method of ``runs``
+        theirs = more[more["method"] == method]
+        for column in mine.columns:
+            values = set(mine[column].astype(str))
+            if column not in (*key, *STATISTICS, "trial", "from_file") and len(values) == 1 and column in theirs:
+                if not set(theirs[column].astype(str)) <= values:
+                    raise ValueError(f"{where}: its column {column!r} is not {values.pop()} in every run of {method}")
     both = runs.merge(more, on=list(key), suffixes=("", "_more"))
     for column in results:
         differ = both[both[column] != both[f"{column}_more"]]
