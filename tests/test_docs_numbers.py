@@ -1309,13 +1309,13 @@ _TEN_SEED_ROWS = ("Source only", "Finetune_Offline", "Finetune_Offline (last lay
 
 
 def _ten_seed_study(constant: str, folder_name: str, counts: list[int],
-                    earlier: tuple[tuple[str, tuple[str, ...]], ...], kind: str = "") -> tuple[str, pd.DataFrame, int]:
-    """Docs text (whitespace collapsed), accuracies (index (source_labels, seed), a column per row) and how many runs
-    seeds 0-2 repeat, of notebook 05's ten-seed Finetune_Offline study ``constant``: it names the committed folder
-    ``folder_name``; the docs quote the notebook's command and the run count; seeds 0-9, the given counts, the four
-    rows; the same float kernels as each earlier folder, whose rows (folder name, row names) seeds 0-2 repeat to the
-    last digit, as the docs say. ``kind`` (e.g. "_xeon"): the study is the same command made on another float-kernel kind, into the
-    folder ``folder_name + kind`` beside it, which the docs' command names instead."""
+                    earlier: tuple[tuple[str, tuple[str, ...]], ...], kind: str = "") -> tuple[str, pd.DataFrame]:
+    """Docs text (whitespace collapsed) and accuracies (index (source_labels, seed), a column per row) of notebook 05's
+    ten-seed Finetune_Offline study ``constant``: it names the committed folder ``folder_name``; the docs quote the
+    notebook's command and the run count; seeds 0-9, the given counts, the four rows; the same float kernels as each
+    earlier folder, whose rows (folder name, row names) seeds 0-2 repeat to the last digit, as the docs say (how many
+    runs). ``kind`` (e.g. "_xeon"): the study is the same command made on another float-kernel kind, into the folder
+    ``folder_name + kind`` beside it, which the docs' command names instead."""
     from fda_core.workbook.float_kernels import recorded
 
     folder = FIGURES / "05_semi_synthetic" / folder_name
@@ -1343,7 +1343,7 @@ def _ten_seed_study(constant: str, folder_name: str, counts: list[int],
             assert (per.loc[old.index, row] == old[row]).all(), (name, row)
             repeated += len(old)
     says(flat, f"repeat those {repeated} runs to the last digit")
-    return flat, per, repeated
+    return flat, per
 
 
 def _says_ten_seed_means(flat: str, per: pd.DataFrame, counts: list[int], minus: bool = False) -> tuple[pd.DataFrame, object]:
@@ -1400,7 +1400,7 @@ def test_reproduction_doc_quotes_finetune_offline_over_ten_seeds_on_fashion_mnis
     source, default, last, short_low = _TEN_SEED_ROWS
     counts = [7, 9]
     # seeds 0-2: the lr study's rows and the Xeon run's last-layer form, to the last digit
-    flat, per, repeated = _ten_seed_study("FINETUNE_10_SEEDS_7_9", "fashion_mnist_finetune_10_seeds_7_9", counts, (
+    flat, per = _ten_seed_study("FINETUNE_10_SEEDS_7_9", "fashion_mnist_finetune_10_seeds_7_9", counts, (
         ("fashion_mnist_finetune_lr", (source, default, short_low)), ("fashion_mnist_finetune_freeze_xeon", (last,))),
         kind="_xeon")
     paper, both = _says_ten_seed_means(flat, per, counts, minus=True)
@@ -1428,7 +1428,7 @@ def test_reproduction_doc_quotes_finetune_offline_over_ten_seeds_with_3_and_5_cl
     source, default, last, short_low = _TEN_SEED_ROWS
     counts = [3, 5]
     # seeds 0-2: Table 5's rows and the last-layer form of the freeze study, to the last digit
-    flat, per, repeated = _ten_seed_study("FINETUNE_10_SEEDS_3_5", "fashion_mnist_finetune_10_seeds_3_5", counts, (
+    flat, per = _ten_seed_study("FINETUNE_10_SEEDS_3_5", "fashion_mnist_finetune_10_seeds_3_5", counts, (
         ("fashion_mnist_ablations", (source, default)), ("fashion_mnist_finetune_freeze", (last,))))
     paper, both = _says_ten_seed_means(flat, per, counts)
     lower = {k: per.loc[k, source].mean() - ci95(per.loc[k, source]) for k in counts}
@@ -1467,7 +1467,7 @@ def test_reproduction_doc_quotes_finetune_offline_over_ten_seeds_with_7_and_9_cl
 
     source, default, last, short_low = _TEN_SEED_ROWS
     counts = [7, 9]
-    flat, per, repeated = _ten_seed_study("FINETUNE_10_SEEDS_7_9", "fashion_mnist_finetune_10_seeds_7_9", counts, (
+    flat, per = _ten_seed_study("FINETUNE_10_SEEDS_7_9", "fashion_mnist_finetune_10_seeds_7_9", counts, (
         ("fashion_mnist_ablations", (source, default)), ("fashion_mnist_finetune_freeze", (last,))))
     paper, both = _says_ten_seed_means(flat, per, counts)
     says(flat, f"{short_low}: {both(per[short_low])}. As on the Xeon kind, all four of the paper's values lie outside "

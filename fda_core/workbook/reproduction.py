@@ -154,8 +154,8 @@ class TableSpec:
     paper's row name where the paper's code ran a row as one of our named variants (the FedGP paper's Target only
     trains after the warm-up in its scripts, our "Target only (after warm-up)"); ``reason``: why a row can differ
     (the evidence in words; the numbers are in the row); ``more_seeds``: per-run CSVs under ``figures/`` of the same
-    runs with more seeds for some of ``csv``'s rows (:func:`_with_more_seeds`: the same settings and float kernels,
-    and the seeds both files hold equal to the last digit); missing files are skipped."""
+    runs with more seeds for some of ``csv``'s rows (:func:`_with_more_seeds` checks that they are: agreeing settings,
+    the same float kernels, a common seed per row, equal to the last digit); missing files are skipped."""
 
     key: str
     paper: str
@@ -405,9 +405,9 @@ def _ours(spec: TableSpec, root: Path) -> tuple[pd.DataFrame, str] | None:
 def _seeds_from(runs: pd.DataFrame) -> str:
     """What the settings line of a row adds when its runs come from more than one file (``TableSpec.more_seeds``):
     how many seeds each file gives; empty for one file."""
-    files = runs.groupby("from_file", sort=False)["seed"].nunique() if "seed" in runs else runs["from_file"].value_counts()
-    if len(files) < 2:
+    if runs["from_file"].nunique() < 2:
         return ""
+    files = runs.groupby("from_file", sort=False)["seed"].nunique()  # a join needs the seed column
     return ("; seeds of this row: " + ", ".join(f"{n} from figures/{name}" for name, n in files.items()) +
             " (more seeds of the same runs, docs/reproduction.md § More seeds for some rows)")
 
