@@ -227,6 +227,11 @@ _FASHION_ABLATIONS = "05_semi_synthetic/fashion_mnist_ablations"
 #: the folder of Table 3 at the paper's noise 0.6 on full Fashion-MNIST, a run of its own beside the one at 0.2 and 0.4
 #: (docs/reproduction.md § On the paper's data); its rows join that table's
 _FASHION_TABLE_3_NOISE_06 = "05_semi_synthetic/fashion_mnist_ablations_noise_0.6"
+_FASHION_TABLE_3 = "Table 3 (labelled target samples, the paper's scripts, Fashion-MNIST)"
+#: Tables 3 and 4 at noise 0.6 on full Fashion-MNIST over five seeds, made with the float kernels of their folders, seeds
+#: 0-2 being their runs (docs/reproduction.md § More seeds for some rows)
+_FASHION_TABLE_3_NOISE_06_FIVE_SEEDS = f"{_FASHION_TABLE_3_NOISE_06}_5_seeds/target_samples.csv"
+_FASHION_TABLE_4_NOISE_06_FIVE_SEEDS = "05_semi_synthetic/fashion_mnist_projection_noise_0.6_5_seeds/projection_filtering.csv"
 
 #: Source only and Finetune_Offline of Table 5 on full Fashion-MNIST over ten seeds, made with the float kernels of its
 #: folder, seeds 0-2 being its runs (docs/reproduction.md § More seeds for some rows)
@@ -271,17 +276,18 @@ TABLES: tuple[TableSpec, ...] = (
               "source_labels", aliases=SCRIPTS_TARGET_ONLY, reason=_FMNIST + _SWEEP),
     TableSpec("Projection", "FedGP", "Table 4 (projection and filtering, the paper's scripts, Fashion-MNIST)",
               f"{_FASHION_ABLATIONS}/projection_filtering.csv", "noise_std", aliases=SCRIPTS_TARGET_ONLY,
-              reason=_FASHION_ABLATIONS_RUN),
+              reason=_FASHION_ABLATIONS_RUN, more_seeds=(_FASHION_TABLE_4_NOISE_06_FIVE_SEEDS,)),
     TableSpec("SourceLabels", "FedGP", "Table 5 (shifts between sources, the paper's scripts, Fashion-MNIST)",
               f"{_FASHION_ABLATIONS}/source_labels.csv", "source_labels", aliases=SCRIPTS_TARGET_ONLY,
               reason=_FASHION_ABLATIONS_RUN, more_seeds=_FASHION_TABLE_5_TEN_SEEDS),
 )
 
-#: notebook 05's Table 3 ablation: (folder under figures/, the report's table name, the reason a row can differ)
-TARGET_SAMPLE_RUNS: tuple[tuple[str, str, str], ...] = (
-    ("05_semi_synthetic", "Table 3 (labelled target samples)", _FMNIST + "; 8 rounds instead of 50; see notebook 05"),
-    *((folder, "Table 3 (labelled target samples, the paper's scripts, Fashion-MNIST)", _FASHION_ABLATIONS_RUN)
-      for folder in (_FASHION_ABLATIONS, _FASHION_TABLE_3_NOISE_06)),
+#: notebook 05's Table 3 ablation: (folder under figures/, the report's table name, the reason a row can differ, files
+#: under figures/ with more seeds of the folder's runs as ``TableSpec.more_seeds``)
+TARGET_SAMPLE_RUNS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
+    ("05_semi_synthetic", "Table 3 (labelled target samples)", _FMNIST + "; 8 rounds instead of 50; see notebook 05", ()),
+    (_FASHION_ABLATIONS, _FASHION_TABLE_3, _FASHION_ABLATIONS_RUN, ()),
+    (_FASHION_TABLE_3_NOISE_06, _FASHION_TABLE_3, _FASHION_ABLATIONS_RUN, (_FASHION_TABLE_3_NOISE_06_FIVE_SEEDS,)),
 )
 
 
@@ -373,17 +379,24 @@ def _with_more_seeds(runs: pd.DataFrame, path: Path, extra: Path, key: Sequence[
     return pd.concat([runs, new[[c for c in runs.columns if c in new]]], ignore_index=True)
 
 
+def _joined_runs(root: Path, csv: str, more_seeds: Sequence[str], key: Sequence[str]) -> pd.DataFrame:
+    """The per-run file ``root / csv`` with the seeds that the files ``more_seeds`` (under ``root``; missing ones
+    skipped) add by :func:`_with_more_seeds` on ``key``; the column ``from_file`` names each run's file."""
+    path = root / csv
+    runs = _read(path).assign(from_file=csv)
+    for name in more_seeds:
+        if (root / name).exists():
+            runs = _with_more_seeds(runs, path, root / name, key).fillna({"from_file": name})
+    return runs
+
+
 def _ours(spec: TableSpec, root: Path) -> tuple[pd.DataFrame, str] | None:
     """Our runs of ``spec`` (with the columns ``acc``, the compared statistic; ``col``, the paper's column;
     ``paper_method``; ``from_file``, the file under ``figures/`` a run comes from) and the settings line."""
     path = root / spec.csv
     if not path.exists():
         return None
-    runs = _read(path).assign(from_file=spec.csv)
-    for name in spec.more_seeds:
-        if (root / name).exists():
-            key = ["method", "seed"] + ([spec.column] if spec.column else [])
-            runs = _with_more_seeds(runs, path, root / name, key).fillna({"from_file": name})
+    runs = _joined_runs(root, spec.csv, spec.more_seeds, ["method", "seed"] + ([spec.column] if spec.column else []))
     for col, val in spec.where.items():
         if col not in runs:
             return None
@@ -550,14 +563,17 @@ def _inb_rows(root: Path) -> list[dict]:
     return rows
 
 
-def _target_sample_rows(root: Path, folder: str, table: str, reason: str) -> list[dict]:
+def _target_sample_rows(root: Path, folder: str, table: str, reason: str, more_seeds: Sequence[str] = ()) -> list[dict]:
     """FedGP paper Table 3 (FedDA vs FedGP per number of labelled target samples, noise 0.2/0.4/0.6) from
-    notebook 05's ``target_samples.csv`` in ``folder`` (under ``root``) at the noise it ran, as the report's
-    ``table``; "same ordering" = FedGP vs FedDA in the same order as in the paper at that sample count."""
+    notebook 05's ``target_samples.csv`` in ``folder`` (under ``root``) at the noise it ran, with the seeds that the
+    files ``more_seeds`` add (as ``TableSpec.more_seeds``), as the report's ``table``; "same ordering" = FedGP vs FedDA
+    in the same order as in the paper at that sample count."""
     path = root / folder / "target_samples.csv"
     if not path.exists():
         return []
-    runs, paper = _read(path), paper_table("TargetSamples")
+    runs = _joined_runs(root, f"{folder}/target_samples.csv", more_seeds,
+                        ["method", "seed", "noise_std", "n_target_labeled"])
+    paper = paper_table("TargetSamples")
     runs = runs.assign(paper_method=runs["method"].map(paper_label))
     setting = _setting_line(read_note(path))
     rows: list[dict] = []
@@ -567,6 +583,7 @@ def _target_sample_rows(root: Path, folder: str, table: str, reason: str) -> lis
         if len(methods) < 2:
             continue
         per = {m: g[g["paper_method"] == m].sort_values("trial")["final_acc"].to_numpy(float) for m in methods}
+        seeds_from = {m: _seeds_from(g[g["paper_method"] == m]) for m in methods}
         pv = {m: float(paper.loc[int(n), f"{m} {float(noise):g}"]) for m in methods}
         ours = {m: float(per[m].mean()) for m in methods}
         ours_rank = pd.Series(ours).rank(ascending=False, method="min")
@@ -581,7 +598,7 @@ def _target_sample_rows(root: Path, folder: str, table: str, reason: str) -> lis
                 "paper_value": pv[m], "ours_mean": round(ours[m], 2),
                 "ours_ci95": round(ci, 2) if not math.isnan(ci) else float("nan"), "trials": int(per[m].size),
                 "rank_ours": int(ours_rank[m]), "rank_paper": int(paper_rank[m]), "n_methods": len(methods),
-                "setting_difference": setting, "verdict": verdict, **firmness,
+                "setting_difference": setting + seeds_from[m], "verdict": verdict, **firmness,
                 "reason": "" if verdict == VERDICTS[0] else reason,
             })
     return rows
@@ -626,8 +643,8 @@ def reproduction_table(figures_root: str | Path = "figures") -> pd.DataFrame:
     for spec in TABLES:
         rows += _table_rows(spec, root)
     seen: dict[tuple[str, str], str] = {}  # (table, setting) -> the folder of its rows
-    for folder, table, reason in TARGET_SAMPLE_RUNS:
-        found = _target_sample_rows(root, folder, table, reason)
+    for folder, table, reason, more_seeds in TARGET_SAMPLE_RUNS:
+        found = _target_sample_rows(root, folder, table, reason, more_seeds)
         for key in dict.fromkeys((r["table"], r["setting"]) for r in found):
             if key in seen:  # two folders joining one table ran the same setting: which is the table's is unclear
                 raise ValueError(f"{key[0]}: {key[1]} is in both {root / seen[key]} and {root / folder} (target_samples.csv); "
