@@ -228,10 +228,11 @@ _FASHION_ABLATIONS = "05_semi_synthetic/fashion_mnist_ablations"
 #: (docs/reproduction.md § On the paper's data); its rows join that table's
 _FASHION_TABLE_3_NOISE_06 = "05_semi_synthetic/fashion_mnist_ablations_noise_0.6"
 _FASHION_TABLE_3 = "Table 3 (labelled target samples, the paper's scripts, Fashion-MNIST)"
-#: Tables 3 and 4 at noise 0.6 on full Fashion-MNIST over five seeds, made with the float kernels of their folders, seeds
-#: 0-2 being their runs (docs/reproduction.md § More seeds for some rows)
+#: Table 3 at noise 0.6 and Table 4 on full Fashion-MNIST over five seeds, made with the float kernels of their folders,
+#: seeds 0-2 being their runs; Table 4's runs of FedDA and FedGP are Table 3's with 100 labels, so Table 3 joins them too
+#: (docs/reproduction.md § More seeds for some rows)
 _FASHION_TABLE_3_NOISE_06_FIVE_SEEDS = f"{_FASHION_TABLE_3_NOISE_06}_5_seeds/target_samples.csv"
-_FASHION_TABLE_4_NOISE_06_FIVE_SEEDS = "05_semi_synthetic/fashion_mnist_projection_noise_0.6_5_seeds/projection_filtering.csv"
+_FASHION_TABLE_4_FIVE_SEEDS = "05_semi_synthetic/fashion_mnist_projection_5_seeds/projection_filtering.csv"
 
 #: Source only and Finetune_Offline of Table 5 on full Fashion-MNIST over ten seeds, made with the float kernels of its
 #: folder, seeds 0-2 being its runs (docs/reproduction.md § More seeds for some rows)
@@ -276,7 +277,7 @@ TABLES: tuple[TableSpec, ...] = (
               "source_labels", aliases=SCRIPTS_TARGET_ONLY, reason=_FMNIST + _SWEEP),
     TableSpec("Projection", "FedGP", "Table 4 (projection and filtering, the paper's scripts, Fashion-MNIST)",
               f"{_FASHION_ABLATIONS}/projection_filtering.csv", "noise_std", aliases=SCRIPTS_TARGET_ONLY,
-              reason=_FASHION_ABLATIONS_RUN, more_seeds=(_FASHION_TABLE_4_NOISE_06_FIVE_SEEDS,)),
+              reason=_FASHION_ABLATIONS_RUN, more_seeds=(_FASHION_TABLE_4_FIVE_SEEDS,)),
     TableSpec("SourceLabels", "FedGP", "Table 5 (shifts between sources, the paper's scripts, Fashion-MNIST)",
               f"{_FASHION_ABLATIONS}/source_labels.csv", "source_labels", aliases=SCRIPTS_TARGET_ONLY,
               reason=_FASHION_ABLATIONS_RUN, more_seeds=_FASHION_TABLE_5_TEN_SEEDS),
@@ -286,8 +287,9 @@ TABLES: tuple[TableSpec, ...] = (
 #: under figures/ with more seeds of the folder's runs as ``TableSpec.more_seeds``)
 TARGET_SAMPLE_RUNS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     ("05_semi_synthetic", "Table 3 (labelled target samples)", _FMNIST + "; 8 rounds instead of 50; see notebook 05", ()),
-    (_FASHION_ABLATIONS, _FASHION_TABLE_3, _FASHION_ABLATIONS_RUN, ()),
-    (_FASHION_TABLE_3_NOISE_06, _FASHION_TABLE_3, _FASHION_ABLATIONS_RUN, (_FASHION_TABLE_3_NOISE_06_FIVE_SEEDS,)),
+    (_FASHION_ABLATIONS, _FASHION_TABLE_3, _FASHION_ABLATIONS_RUN, (_FASHION_TABLE_4_FIVE_SEEDS,)),
+    (_FASHION_TABLE_3_NOISE_06, _FASHION_TABLE_3, _FASHION_ABLATIONS_RUN,
+     (_FASHION_TABLE_3_NOISE_06_FIVE_SEEDS, _FASHION_TABLE_4_FIVE_SEEDS)),
 )
 
 
@@ -325,9 +327,10 @@ def _settings(notes: list[str]) -> dict[str, set[str]]:
 
 
 def _with_more_seeds(runs: pd.DataFrame, path: Path, extra: Path, key: Sequence[str]) -> pd.DataFrame:
-    """``runs`` (the per-run file ``path``) with the seeds of ``extra``'s rows that ``runs`` lacks, for the methods
-    ``runs`` holds (``docs/reproduction.md`` § More seeds for some rows). ``extra`` must hold more seeds of the same
-    runs, else ValueError naming both files:
+    """``runs`` (the per-run file ``path``) with the seeds of ``extra``'s runs that ``runs`` lacks, for the rows of the
+    table that ``runs`` holds (a row: the values of ``key`` but the seed; ``extra``'s other rows, e.g. other methods or
+    noise levels, are left out; ``docs/reproduction.md`` § More seeds for some rows). ``extra`` must hold more seeds of
+    the same runs, else ValueError naming both files:
 
     * settings that agree (:func:`_settings`; the seed aside): where one file's runs all have one value, the other's
       have it too, and where both vary they share a value;
@@ -354,7 +357,9 @@ def _with_more_seeds(runs: pd.DataFrame, path: Path, extra: Path, key: Sequence[
     missing = [c for c in key if c not in runs or c not in more]
     if missing:
         raise ValueError(f"{where}: both need the columns {missing}")
-    more = more[more["method"].isin(set(runs["method"]))]
+    row = [c for c in key if c != "seed"]  # a row of the table: its runs differ in the seed only
+    held = set(map(tuple, runs[row].astype(str).to_numpy()))
+    more = more[[tuple(r) in held for r in more[row].astype(str).to_numpy()]]
     results = [c for c in STATISTICS if c in runs and c in more]
     for method, mine in runs.groupby("method"):  # the settings that are the same in every run of a method of ``runs``
         theirs = more[more["method"] == method]
@@ -371,7 +376,6 @@ def _with_more_seeds(runs: pd.DataFrame, path: Path, extra: Path, key: Sequence[
                              f"({float(differ[column].iloc[0])!r} against {float(differ[column + '_more'].iloc[0])!r})")
     known = pd.MultiIndex.from_frame(runs[list(key)].astype(str))
     new = more[~pd.MultiIndex.from_frame(more[list(key)].astype(str)).isin(known)]
-    row = [c for c in key if c != "seed"]  # a row of the table: its runs differ in the seed only
     unchecked = set(map(tuple, new[row].astype(str).to_numpy())) - set(map(tuple, both[row].astype(str).to_numpy()))
     if unchecked:
         raise ValueError(f"{where}: it shares no seed with it for {dict(zip(row, sorted(unchecked)[0]))}, so nothing "
