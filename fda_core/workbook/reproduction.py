@@ -227,6 +227,7 @@ _FASHION_ABLATIONS = "05_semi_synthetic/fashion_mnist_ablations"
 #: the folder of Table 3 at the paper's noise 0.6 on full Fashion-MNIST, a run of its own beside the one at 0.2 and 0.4
 #: (docs/reproduction.md § On the paper's data); its rows join that table's
 _FASHION_TABLE_3_NOISE_06 = "05_semi_synthetic/fashion_mnist_ablations_noise_0.6"
+#: the report's name of Table 3 on full Fashion-MNIST, whose rows come from both folders above
 _FASHION_TABLE_3 = "Table 3 (labelled target samples, the paper's scripts, Fashion-MNIST)"
 #: Table 3 at noise 0.6 and Table 4 on full Fashion-MNIST over five seeds, made with the float kernels of their folders,
 #: seeds 0-2 being their runs; Table 4's runs of FedDA and FedGP are Table 3's with 100 labels, so Table 3 joins them too
