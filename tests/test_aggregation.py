@@ -508,6 +508,58 @@ def test_fedgp_nofilter_keeps_negative_projections():
     torch.testing.assert_close(fedgp_nofilter(pos, gt, 0.4), fedgp(pos, gt, 0.4))
 
 
+def test_fedgp_cosine_without_the_filter_by_hand():
+    """The filter's ablation in the papers' rule (FedGP paper Table 4; docs/theory.md § Rules): the signed cosine
+    replaces max(cos, 0), layer by layer, with the alignment as it is, so only the layers a source opposes change."""
+    # layer 0 = entries 0-1, layer 1 = entries 2-3; β = 0.5, weights 1/2 each, alignment a = (2, 1)
+    S = T(1, 0, 0, -2, 0, 1, 3, 0).reshape(2, 4)
+    t = T(1, 1, 0, 1)
+    c = 1 / math.sqrt(2)  # cos(t, s_i) on layer 0, both sources
+    # layer 0: 0.5 t + 0.5 [0.5·2·c·(1, 0) + 0.5·1·c·(0, 1)]
+    layer_0 = [0.5 + 0.5 * c, 0.5 + 0.25 * c]
+    # layer 1: cos(t, s_0) = (0·0 + 1·(−2)) / (1·2) = −1, cos(t, s_1) = 0: 0.5 t + 0.5·0.5·2·(−1)·(0, −2) with no filter
+    kept = T(*layer_0, 0.0, 0.5 + 1.0)
+    filtered = T(*layer_0, 0.0, 0.5)
+    got = fedgp_cosine(S, t, 0.5, alignment=[2.0, 1.0], segments=[2, 2], filter_negative=False)
+    torch.testing.assert_close(got, kept)
+    torch.testing.assert_close(fedgp_cosine(S, t, 0.5, alignment=[2.0, 1.0], segments=[2, 2]), filtered)
+    # the dict form, the same rule per tensor
+    views = [{"w": row[:2], "b": row[2:]} for row in [*S, t]]
+    as_dict = fedgp_cosine(views[:2], views[2], 0.5, alignment=[2.0, 1.0], filter_negative=False)
+    torch.testing.assert_close(torch.cat([as_dict["w"], as_dict["b"]]), kept)
+    with pytest.raises(ValueError, match="filter_negative must be True or False, got 0"):
+        fedgp_cosine(S, t, 0.5, filter_negative=0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**16), n=st.integers(1, 4), lengths=st.lists(st.integers(1, 9), min_size=1, max_size=4),
+       beta=st.floats(0, 1))
+def test_fedgp_cosine_without_the_filter_adds_the_opposed_layers_only(seed, n, lengths, beta):
+    """Without the filter the result is the filtered one plus, for every layer ℓ and source i whose cosine is
+    negative, w_i β a_i cos_ℓ(t, s_i) s_i on that layer (the term the filter drops); with no negative cosine the
+    two are equal."""
+    gen = torch.Generator().manual_seed(seed)
+    m = sum(lengths)
+    S, t = torch.randn(n, m, generator=gen, dtype=torch.float64), torch.randn(m, generator=gen, dtype=torch.float64)
+    a = torch.rand(n, generator=gen, dtype=torch.float64) * 2
+    w = torch.rand(n, generator=gen, dtype=torch.float64) + 0.1
+    kept = fedgp_cosine(S, t, beta, w, a, segments=lengths, filter_negative=False)
+    filtered = fedgp_cosine(S, t, beta, w, a, segments=lengths)
+    dropped = torch.zeros(m, dtype=torch.float64)
+    start = 0
+    for length in lengths:
+        part = slice(start, start + length)
+        for i in range(n):
+            cos = torch.dot(S[i, part], t[part]) / (S[i, part].norm() * t[part].norm())
+            if cos < 0:
+                dropped[part] += (w[i] / w.sum()) * beta * a[i] * cos * S[i, part]
+        start += length
+    torch.testing.assert_close(kept, filtered + dropped)
+    aligned = S * torch.sign(S @ t).unsqueeze(1)  # every source turned towards t on the whole vector
+    torch.testing.assert_close(fedgp_cosine(aligned, t, beta, w, a, filter_negative=False),
+                               fedgp_cosine(aligned, t, beta, w, a))
+
+
 # ------------------------------------------------------------------ the kernel path's Python-packed parameters
 def _blocks(n: int, dtype: torch.dtype):
     import fda_core.core.aggregation as agg

@@ -1038,6 +1038,26 @@ def test_fedda_auto_combines_the_updates_as_sent_by_default():
         assert torch.allclose(theta, hand, atol=1e-12), align
 
 
+def test_fedgp_cosine_without_the_filter_keeps_the_signed_cosine():
+    """FedGP(projection='cosine', filter=False), the filter's ablation in the papers' rule (FedGP paper Table 4):
+    Σ w_i [(1 − β) g_T + β a_i cos(g_T, g_i) g_i] with the signed cosine, on the aligned updates; with the filter a
+    source whose cosine is negative adds nothing. Seed 1 gives one source of each sign."""
+    info = federated.RoundInfo(1, 1, False, 1e-3, 2e-4, {})
+    assert get_method("fedgp", projection="cosine", filter=False).display_label == "FedGP (cosine, no filter)"
+    results = {}
+    for keep in (False, True):
+        res, src = _round_results(1, (0.25, 3.0))
+        theta = torch.zeros(5, dtype=torch.float64)
+        get_method("fedgp", projection="cosine", filter=not keep, beta=0.5).aggregate(info, res, theta)
+        results[keep] = theta
+    g_t, w, a = res.target_update, torch.tensor([0.4, 0.6], dtype=torch.float64), (0.25, 3.0)
+    cos = [float(torch.dot(g_t, src[i]) / (g_t.norm() * src[i].norm())) for i in range(2)]
+    assert min(cos) < 0 < max(cos), cos
+    for keep, theta in results.items():
+        hand = sum(w[i] * (0.5 * g_t + 0.5 * a[i] * (cos[i] if keep else max(cos[i], 0.0)) * src[i]) for i in range(2))
+        assert torch.allclose(theta, hand, atol=1e-12), keep
+
+
 def test_finetune_offline_draws_the_target_noise_anew_every_epoch():
     """Finetune_Offline under per-round input noise: every fine-tuning epoch (and its evaluation) sees a new draw,
     draw rounds + e, as the rounds do (docs/reproduction.md row 14); the old code fine-tuned every epoch on the

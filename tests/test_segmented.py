@@ -188,6 +188,8 @@ SEGMENT_RULES = {
     "fedgp": lambda src, tgt, **kw: agg.fedgp(src, tgt, [0.2, 0.7, 0.5], [1.0, 2.0, 3.0], **kw),
     "fedgp_nofilter": lambda src, tgt, **kw: agg.fedgp_nofilter(src, tgt, 0.4, **kw),
     "fedgp_cosine": lambda src, tgt, **kw: agg.fedgp_cosine(src, tgt, 0.5, alignment=[0.5, 1.0, 2.0], **kw),
+    "fedgp_cosine_nofilter": lambda src, tgt, **kw: agg.fedgp_cosine(src, tgt, 0.5, alignment=[0.5, 1.0, 2.0],
+                                                                      filter_negative=False, **kw),
 }
 
 
@@ -330,7 +332,7 @@ def test_coefficient_placement_is_checked_and_changes_nothing_on_the_cpu(monkeyp
     lengths = [5, 3, 8]
     gen = torch.Generator().manual_seed(0)
     S, t = torch.randn(3, 16, generator=gen), torch.randn(16, generator=gen)
-    for rule in ("fedgp", "fedgp_nofilter", "fedgp_cosine"):
+    for rule in ("fedgp", "fedgp_nofilter", "fedgp_cosine", "fedgp_cosine_nofilter"):
         default = SEGMENT_RULES[rule](S, t, segments=lengths)
         for placement in ("torch", "kernel"):
             monkeypatch.setattr(agg, "LAYERWISE_COEFFICIENTS", placement)

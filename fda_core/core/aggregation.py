@@ -1009,6 +1009,7 @@ def fedgp_cosine(
     *,
     out: Tensor | GradDict | None = None,
     segments: Sequence[int] | None = None,
+    filter_negative: bool = True,
 ) -> TargetGrad:
     """The papers' implementation of FedGP on model updates: cosine filter with magnitude alignment.
 
@@ -1018,6 +1019,11 @@ def fedgp_cosine(
     :func:`magnitude_alignment`) in place of the exact projection length ⟨G_T, G_i⟩/‖G_i‖². Note: the
     papers' appendix writes h_T += (1 − β) P_GP + β G_T (β on the target); this library keeps β on the
     source part everywhere, so their β corresponds to 1 − β here.
+
+    ``filter_negative=False`` is the filter's ablation in this rule (FedGP paper Table 4, "w/o filter";
+    ``docs/theory.md`` § Rules): the signed cosine cos(G_T, G_i) replaces max(cos, 0), so a layer whose source
+    update points against the target's enters with a negative coefficient. It is the papers' code without its
+    test ``cos > 0``; alignment and layers stay as they are, so the filter is the only change.
 
     Args:
         source_updates: (N, m) tensor, N tensors, or N parameter dicts of model updates Δθ.
@@ -1029,15 +1035,17 @@ def fedgp_cosine(
         segments: (L,) parameter-tensor lengths of a flat (N, m) input: the per-tensor rule on flat buffers
             (see :func:`fedgp`).
     """
+    if not isinstance(filter_negative, bool):
+        raise ValueError(f"filter_negative must be True or False, got {filter_negative!r}")
     blocks = _normalise(source_updates, target_update, segments)
     fused = _fused(blocks)
     if fused is not None:
-        return _project_fused(blocks, beta, weights, alignment, "cosine", True, out, fused)
+        return _project_fused(blocks, beta, weights, alignment, "cosine", filter_negative, out, fused)
     b = _check_beta(beta, blocks)
     w = _check_weights(weights, blocks)
     a = _to_target_device(_check_alignment(alignment, blocks), blocks)
     wb = (w * b).expand(blocks.batch_shape + (blocks.n_sources,))
-    coefs, checks = _projection_coefs(blocks, wb, "cosine", a)
+    coefs, checks = _projection_coefs(blocks, wb, "cosine", a, filter_negative=filter_negative)
     return _aggregate(blocks, 1.0 - wb.sum(-1), coefs, checks, out=out)
 
 

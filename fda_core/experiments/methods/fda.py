@@ -114,7 +114,9 @@ def _apply_rule(rule: str, projection: str, filter_negative: bool, res: RoundRes
     g_t, w = res.target_update, res.weight_values()
     if rule == "fedda":
         aggregation.fedda(sources, g_t, beta, w, out=out)
-    elif not filter_negative:  # the "FedGP w/o filter" ablation (FedGP paper Table 4)
+    elif not filter_negative and projection == "cosine":  # the filter's ablation in the papers' rule (Table 4)
+        aggregation.fedgp_cosine(sources, g_t, beta, w, out=out, segments=res.segment_lengths(), filter_negative=False)
+    elif not filter_negative:  # the "FedGP w/o filter" ablation (FedGP paper Table 4) on the exact projections
         if projection == "exact":
             out.copy_(aggregation.fedgp_nofilter(sources, g_t, beta, w))
         else:
@@ -158,7 +160,8 @@ class FedGP(FDAMethod):
     Options: ``beta``; ``projection`` 'exact' (default: the whole update vector), 'exact_layerwise' (per
     parameter tensor) or 'cosine' (the papers' per-layer cosine filter with magnitude alignment,
     ``docs/theory.md`` § Layer-wise application); ``filter`` (default True; False keeps negative
-    projections, the "w/o filter" ablation of FedGP paper Table 4).
+    projections, the "w/o filter" ablation of FedGP paper Table 4: the signed projection for the exact forms, the
+    signed cosine for 'cosine').
     """
 
     name, label = "fedgp", "FedGP"
@@ -166,13 +169,10 @@ class FedGP(FDAMethod):
         "beta": _beta_option(),
         "projection": _projection_option(),
         "filter": Option(True, _check_bool, lambda v: "filter" if v else "no filter",
-                         "keep only positive projections (False: the 'w/o filter' ablation)"),
+                         "keep only positive projections (False: the 'w/o filter' ablation; with 'cosine' the signed "
+                         "cosine)"),
     }
     gradient_rule = "fedgp"
-
-    def validate(self) -> None:
-        if not self.filter and self.projection == "cosine":
-            raise ValueError("filter=False is defined for projection='exact' or 'exact_layerwise', not 'cosine'")
 
     def combine(self, rnd, res, out):
         _apply_rule("fedgp", self.projection, self.filter, res, float(self.beta), out)
