@@ -61,13 +61,15 @@ def _csv(path: Path) -> pd.DataFrame:
 
 def _report_without_joins(monkeypatch) -> pd.DataFrame:
     """The reproduction report as the committed per-run files give it without the seeds that
-    ``TableSpec.more_seeds`` and ``TARGET_SAMPLE_RUNS`` join (docs/reproduction.md § More seeds for some rows): every
-    row on its own file's seeds. ``monkeypatch`` undoes the change after the test."""
+    ``TableSpec.more_seeds`` and ``TARGET_SAMPLE_RUNS`` join and the rows that ``TableSpec.more_rows`` put in place of
+    others (docs/reproduction.md § More seeds for some rows): every row of its own file, on that file's seeds.
+    ``monkeypatch`` undoes the change after the test."""
     from dataclasses import replace
 
     from fda_core.workbook import reproduction
 
-    monkeypatch.setattr(reproduction, "TABLES", tuple(replace(spec, more_seeds=()) for spec in reproduction.TABLES))
+    monkeypatch.setattr(reproduction, "TABLES", tuple(replace(spec, more_seeds=(), more_rows=())
+                                                      for spec in reproduction.TABLES))
     monkeypatch.setattr(reproduction, "TARGET_SAMPLE_RUNS",
                         tuple(run[:3] + ((),) for run in reproduction.TARGET_SAMPLE_RUNS))
     return reproduction.reproduction_table(FIGURES)

@@ -155,7 +155,11 @@ class TableSpec:
     trains after the warm-up in its scripts, our "Target only (after warm-up)"); ``reason``: why a row can differ
     (the evidence in words; the numbers are in the row); ``more_seeds``: per-run CSVs under ``figures/`` of the same
     runs with more seeds for some of ``csv``'s rows (:func:`_with_more_seeds` checks that they are: agreeing settings,
-    the same float kernels, a common seed per row, equal to the last digit); missing files are skipped."""
+    the same float kernels, a common seed per row, equal to the last digit); ``more_rows``: (per-run CSV under
+    ``figures/``, our label of the row it replaces or None) pairs: other methods run in ``csv``'s setting over its seeds
+    and columns, rows it lacks (:func:`_with_more_rows` checks the setting, the float kernels and the cells), which
+    take the place of the named row (e.g. the variant the paper ran instead of ours); missing files are skipped, and
+    then the named row stays."""
 
     key: str
     paper: str
@@ -168,6 +172,7 @@ class TableSpec:
     where: dict = field(default_factory=dict)
     aliases: dict = field(default_factory=dict)
     more_seeds: tuple[str, ...] = ()
+    more_rows: tuple[tuple[str, str | None], ...] = ()
 
 
 _FMNIST = ("MNIST-5k digits (500 per client) stand in for Fashion-MNIST (6,000 per client); digits are far more "
@@ -234,6 +239,12 @@ _FASHION_TABLE_3 = "Table 3 (labelled target samples, the paper's scripts, Fashi
 #: (docs/reproduction.md § More seeds for some rows)
 _FASHION_TABLE_3_NOISE_06_FIVE_SEEDS = f"{_FASHION_TABLE_3_NOISE_06}_5_seeds/target_samples.csv"
 _FASHION_TABLE_4_FIVE_SEEDS = "05_semi_synthetic/fashion_mnist_projection_5_seeds/projection_filtering.csv"
+#: Table 4's second row on full Fashion-MNIST as the reference variant runs it, the papers' cosine rule without its
+#: filter (FedGP (cosine, no filter)), over Table 4's five seeds and four noise levels; it takes the place of the exact
+#: projection without the filter, which changes the projection and the alignment too (docs/reproduction.md § The
+#: filter alone)
+_FASHION_TABLE_4_COSINE_NO_FILTER = ("05_semi_synthetic/fashion_mnist_projection_cosine_no_filter_5_seeds/"
+                                     "projection_filtering.csv")
 
 #: Source only and Finetune_Offline of Table 5 on full Fashion-MNIST over ten seeds, made with the float kernels of its
 #: folder, seeds 0-2 being its runs (docs/reproduction.md § More seeds for some rows)
@@ -277,8 +288,9 @@ TABLES: tuple[TableSpec, ...] = (
     TableSpec("SourceLabels", "FedGP", "Table 5 (shifts between sources)", "05_semi_synthetic/source_labels.csv",
               "source_labels", aliases=SCRIPTS_TARGET_ONLY, reason=_FMNIST + _SWEEP),
     TableSpec("Projection", "FedGP", "Table 4 (projection and filtering, the paper's scripts, Fashion-MNIST)",
-              f"{_FASHION_ABLATIONS}/projection_filtering.csv", "noise_std", aliases=SCRIPTS_TARGET_ONLY,
-              reason=_FASHION_ABLATIONS_RUN, more_seeds=(_FASHION_TABLE_4_FIVE_SEEDS,)),
+              f"{_FASHION_ABLATIONS}/projection_filtering.csv", "noise_std",
+              aliases=SCRIPTS_TARGET_ONLY, reason=_FASHION_ABLATIONS_RUN, more_seeds=(_FASHION_TABLE_4_FIVE_SEEDS,),
+              more_rows=((_FASHION_TABLE_4_COSINE_NO_FILTER, "FedGP (no filter)"),)),
     TableSpec("SourceLabels", "FedGP", "Table 5 (shifts between sources, the paper's scripts, Fashion-MNIST)",
               f"{_FASHION_ABLATIONS}/source_labels.csv", "source_labels", aliases=SCRIPTS_TARGET_ONLY,
               reason=_FASHION_ABLATIONS_RUN, more_seeds=_FASHION_TABLE_5_TEN_SEEDS),
@@ -327,6 +339,64 @@ def _settings(notes: list[str]) -> dict[str, set[str]]:
     return settings
 
 
+def _check_same_setting(runs: pd.DataFrame, more: pd.DataFrame, path: Path, extra: Path, key: Sequence[str],
+                        where: str) -> None:
+    """ValueError starting with ``where`` unless the per-run files ``path`` (its runs ``runs``) and ``extra`` (its runs
+    ``more``) ran one setting on the same float kernels and both hold the columns ``key``: where one file's runs all
+    have one value of a setting (:func:`_settings`; the seed and the methods aside), the other's have it too, and where
+    both vary they share a value; the folders' recorded fingerprints (:mod:`fda_core.workbook.float_kernels`) are
+    equal."""
+    from .float_kernels import recorded
+
+    ours, theirs = _settings(read_note(path)), _settings(read_note(extra))
+    for name in sorted(set(ours) & set(theirs) - {"seed"}):
+        a, b = ours[name], theirs[name]
+        if not (a & b) or (len(a) == 1 and not a <= b) or (len(b) == 1 and not b <= a):
+            raise ValueError(f"{where}: their setting {name} differs ({', '.join(sorted(a))} against "
+                             f"{', '.join(sorted(b))})")
+    if recorded(path.parent) != recorded(extra.parent):
+        raise ValueError(f"{where}: they were made on other float kernels ({recorded(path.parent)} against "
+                         f"{recorded(extra.parent)}), so their common seeds differ in the last digits")
+    missing = [c for c in key if c not in runs or c not in more]
+    if missing:
+        raise ValueError(f"{where}: both need the columns {missing}")
+
+
+def _with_more_rows(runs: pd.DataFrame, path: Path, extra: Path, key: Sequence[str]) -> pd.DataFrame:
+    """``runs`` (the per-run file ``path``, with any seeds joined) with the runs of ``extra``, another method's runs in
+    the same setting: a row of the table that ``runs`` lacks (``docs/reproduction.md`` § More seeds for some rows).
+    ValueError naming both files unless
+
+    * the setting and float kernels agree (:func:`_check_same_setting`), and so does every column that is constant
+      over ``runs`` (the columns of ``key``, the results, the trial and the rule aside);
+    * ``extra`` holds no method that ``runs`` holds (more seeds of a method are ``TableSpec.more_seeds``' job);
+    * each of its methods ran exactly the cells of ``runs`` (the values of ``key`` but the method: seed and column).
+
+    Returns the runs with ``extra``'s appended, with ``runs``' columns."""
+    more = _read(extra)
+    where = f"{extra} cannot add rows to {path}"
+    _check_same_setting(runs, more, path, extra, key, where)
+    shared = sorted(set(more["method"]) & set(runs["method"]))
+    if shared:
+        raise ValueError(f"{where}: it holds runs of {shared[0]}, which {path.name} holds too (more seeds of a row "
+                         "are TableSpec.more_seeds')")
+    for column in runs.columns:
+        values = set(runs[column].astype(str))
+        if column not in (*key, *STATISTICS, "trial", "from_file", "rule") and len(values) == 1 and column in more:
+            if set(more[column].astype(str)) != values:
+                raise ValueError(f"{where}: its column {column!r} is not {values.pop()} in every run")
+    cell = [c for c in key if c != "method"]
+    cells = set(map(tuple, runs[cell].astype(str).to_numpy()))
+    for method, theirs in more.groupby("method", sort=False):
+        got = set(map(tuple, theirs[cell].astype(str).to_numpy()))
+        if got != cells:
+            odd = sorted(got ^ cells)[0]
+            side = "lacks" if odd in cells else "adds"
+            raise ValueError(f"{where}: its runs of {method} {side} the cell {dict(zip(cell, odd))} (they must run "
+                             f"the cells of {path.name}, seeds joined)")
+    return pd.concat([runs, more[[c for c in runs.columns if c in more]]], ignore_index=True)
+
+
 def _with_more_seeds(runs: pd.DataFrame, path: Path, extra: Path, key: Sequence[str]) -> pd.DataFrame:
     """``runs`` (the per-run file ``path``) with the seeds of ``extra``'s runs that ``runs`` lacks, for the rows of the
     table that ``runs`` holds (a row: the values of ``key`` but the seed; ``extra``'s other rows, e.g. other methods or
@@ -342,22 +412,9 @@ def _with_more_seeds(runs: pd.DataFrame, path: Path, extra: Path, key: Sequence[
       hold, and at least one such seed for every row (``key`` but the seed) to which it adds seeds.
 
     Returns the joined runs: ``extra``'s runs that ``runs`` lacks appended, with ``runs``' columns."""
-    from .float_kernels import recorded
-
     more = _read(extra)
     where = f"{extra} cannot add seeds to {path}"
-    ours, theirs = _settings(read_note(path)), _settings(read_note(extra))
-    for name in sorted(set(ours) & set(theirs) - {"seed"}):
-        a, b = ours[name], theirs[name]
-        if not (a & b) or (len(a) == 1 and not a <= b) or (len(b) == 1 and not b <= a):
-            raise ValueError(f"{where}: their setting {name} differs ({', '.join(sorted(a))} against "
-                             f"{', '.join(sorted(b))})")
-    if recorded(path.parent) != recorded(extra.parent):
-        raise ValueError(f"{where}: they were made on other float kernels ({recorded(path.parent)} against "
-                         f"{recorded(extra.parent)}), so their common seeds differ in the last digits")
-    missing = [c for c in key if c not in runs or c not in more]
-    if missing:
-        raise ValueError(f"{where}: both need the columns {missing}")
+    _check_same_setting(runs, more, path, extra, key, where)
     row = [c for c in key if c != "seed"]  # a row of the table: its runs differ in the seed only
     held = set(map(tuple, runs[row].astype(str).to_numpy()))
     more = more[[tuple(r) in held for r in more[row].astype(str).to_numpy()]]
@@ -384,14 +441,23 @@ def _with_more_seeds(runs: pd.DataFrame, path: Path, extra: Path, key: Sequence[
     return pd.concat([runs, new[[c for c in runs.columns if c in new]]], ignore_index=True)
 
 
-def _joined_runs(root: Path, csv: str, more_seeds: Sequence[str], key: Sequence[str]) -> pd.DataFrame:
+def _joined_runs(root: Path, csv: str, more_seeds: Sequence[str], key: Sequence[str],
+                 more_rows: Sequence[tuple[str, str | None]] = ()) -> pd.DataFrame:
     """The per-run file ``root / csv`` with the seeds that the files ``more_seeds`` (under ``root``; missing ones
-    skipped) add by :func:`_with_more_seeds` on ``key``; the column ``from_file`` names each run's file."""
+    skipped) add by :func:`_with_more_seeds` on ``key``, then the rows that the files of ``more_rows`` add by
+    :func:`_with_more_rows`, each in place of the row it names (``TableSpec.more_rows``); the column ``from_file``
+    names each run's file."""
     path = root / csv
     runs = _read(path).assign(from_file=csv)
     for name in more_seeds:
         if (root / name).exists():
             runs = _with_more_seeds(runs, path, root / name, key).fillna({"from_file": name})
+    for name, replaced in more_rows:
+        if (root / name).exists():
+            if replaced is not None and replaced not in set(runs["method"]):
+                raise ValueError(f"{root / name} cannot take the place of the row {replaced!r} of {path}: it has none")
+            runs = _with_more_rows(runs, path, root / name, key).fillna({"from_file": name})
+            runs = runs[runs["method"] != replaced].reset_index(drop=True)
     return runs
 
 
@@ -401,7 +467,8 @@ def _ours(spec: TableSpec, root: Path) -> tuple[pd.DataFrame, str] | None:
     path = root / spec.csv
     if not path.exists():
         return None
-    runs = _joined_runs(root, spec.csv, spec.more_seeds, ["method", "seed"] + ([spec.column] if spec.column else []))
+    runs = _joined_runs(root, spec.csv, spec.more_seeds, ["method", "seed"] + ([spec.column] if spec.column else []),
+                        spec.more_rows)
     for col, val in spec.where.items():
         if col not in runs:
             return None
@@ -420,11 +487,16 @@ def _ours(spec: TableSpec, root: Path) -> tuple[pd.DataFrame, str] | None:
     return runs, setting
 
 
-def _seeds_from(runs: pd.DataFrame) -> str:
+def _seeds_from(runs: pd.DataFrame, csv: str | None = None) -> str:
     """What the settings line of a row adds when its runs come from more than one file (``TableSpec.more_seeds``):
-    how many seeds each file gives; empty for one file."""
+    how many seeds each file gives; when they all come from one file other than the table's ``csv``
+    (``TableSpec.more_rows``), that file; else empty."""
     if runs["from_file"].nunique() < 2:
-        return ""
+        name = runs["from_file"].iloc[0]
+        if csv is None or name == csv:
+            return ""
+        return (f"; this row: figures/{name} (another method's runs in the same setting, seeds and noise levels, "
+                "docs/reproduction.md § More seeds for some rows)")
     files = runs.groupby("from_file", sort=False)["seed"].nunique()  # a join needs the seed column
     return ("; seeds of this row: " + ", ".join(f"{n} from figures/{name}" for name, n in files.items()) +
             " (more seeds of the same runs, docs/reproduction.md § More seeds for some rows)")
@@ -459,7 +531,7 @@ def _table_rows(spec: TableSpec, root: Path) -> list[dict]:
         pcol = _match_column(col, paper.columns)
         if pcol is not None and method in paper.index:
             per[(pcol, method)] = g.sort_values("trial")["acc"].to_numpy()
-            seeds_from[(pcol, method)] = _seeds_from(g)
+            seeds_from[(pcol, method)] = _seeds_from(g, spec.csv)
     if spec.average and spec.average in paper.columns:
         for method, g in runs.groupby("paper_method", sort=False):
             if method in paper.index:
