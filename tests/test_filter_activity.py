@@ -1,0 +1,101 @@
+"""How often FedGP's filter acts (fda_core.experiments.filter_activity): the per-layer cosines by hand, a recorder that
+changes no bit of the run, and the config of Table 4's committed Fashion-MNIST runs."""
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from fda_core.common.files import read_note
+from fda_core.experiments import filter_activity as fa
+from fda_core.experiments.federated import run_experiment
+from fda_core.experiments.tables import format_value
+
+ROOT = Path(__file__).resolve().parent.parent
+SMALL = dict(target=0, model="mlp", rounds=4, warmup_rounds=1, n_target_labeled=24, target_batch_size=6,
+             source_batch_size=32, source_lr=0.02, seed=0)
+
+
+class Blobs:
+    """Three small environments (DomainBed interface): class means that move with the environment."""
+
+    ENVIRONMENTS = ["e0", "e1", "e2"]
+    input_shape = (1, 4, 4)
+    num_classes = 3
+    default_target = None
+
+    def __init__(self, n: int = 200):
+        g = torch.Generator().manual_seed(0)
+        self.data = []
+        for e in range(3):
+            y = torch.randint(0, 3, (n,), generator=g)
+            x = torch.randn(n, 1, 4, 4, generator=g) + (y[:, None, None, None] - 1) * (0.6 + 0.4 * e) - 0.5 * e
+            self.data.append((x, y))
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, i):
+        return self.data[i]
+
+    def env_index(self, env):
+        return env if isinstance(env, int) else self.ENVIRONMENTS.index(env)
+
+
+def test_layer_cosines_by_hand():
+    # two segments (lengths 2 and 1); source 0 = (1, 0 | −2), source 1 = (0, 0 | 1); target (1, 1 | 3)
+    S = torch.tensor([[1.0, 0.0, -2.0], [0.0, 0.0, 1.0]])
+    t = torch.tensor([1.0, 1.0, 3.0])
+    cos = fa.layer_cosines(S, t, [2, 1])
+    # segment 0: cos((1,1),(1,0)) = 1/√2; source 1 is zero there: 0. Segment 1: sign(3·−2) = −1, sign(3·1) = 1
+    torch.testing.assert_close(cos, torch.tensor([[1 / math.sqrt(2), -1.0], [0.0, 1.0]], dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"segments must be positive lengths summing to m = 3, got \[2, 2\]"):
+        fa.layer_cosines(S, t, [2, 2])
+    with pytest.raises(ValueError, match=r"sources must be \(N, m\) and target \(m,\), got \(2, 3\) and \(2,\)"):
+        fa.layer_cosines(S, t[:2], [2, 1])
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_the_recorder_changes_no_bit_and_counts_the_negative_pairs(keep):
+    """filter_activity runs the config as run_experiment does, to the last bit (with and without the filter), and
+    records one row per aggregated round (the rounds after the warm-up) with shares in [0, 1] that the recorded
+    cosines give; a run that never calls the cosine rule is refused."""
+    config = {**SMALL, "rule": "fedgp", "method_options": {"projection": "cosine", "filter": not keep}}
+    activity, result = fa.filter_activity(config, _dataset=Blobs())
+    plain = run_experiment(_dataset=Blobs(), **config)
+    assert [h["target_acc"] for h in result["history"]] == [h["target_acc"] for h in plain["history"]]
+    assert list(activity["round"]) == [1, 2, 3]  # 4 rounds, 1 of them warm-up
+    assert activity["negative_pairs"].between(0, 1).all() and activity["negative_parameters"].between(0, 1).all()
+    assert (activity["negative_pairs"] > 0).all()  # these blobs give the filter something to drop every round
+    with fa.recording_cosines() as record:
+        run_experiment(_dataset=Blobs(), **config)
+    for (cos, lengths), row in zip(record, activity.itertuples()):
+        assert row.pairs == cos.numel() == cos.shape[0] * len(lengths)
+        assert row.negative_pairs == pytest.approx(float((cos < 0).double().mean()))
+        by_entries = sum(k * int((cos[:, j] < 0).sum()) for j, k in enumerate(lengths)) / (sum(lengths) * cos.shape[0])
+        assert row.negative_parameters == pytest.approx(by_entries)
+        assert math.isnan(row.mean_negative_cos) or row.mean_negative_cos < 0 < row.mean_positive_cos
+    with pytest.raises(ValueError, match="config must run FedGP with projection='cosine'"):
+        fa.filter_activity({**SMALL, "rule": "fedda"}, _dataset=Blobs())
+
+
+def test_table_4_config_is_the_committed_runs_setting():
+    """table_4_config gives every setting that the note of Table 4's five-seed Fashion-MNIST file says its runs share,
+    and the values that vary (noise, seed) as the file's runs of FedGP have them; its method is the cosine rule."""
+    from fda_core.workbook.reproduction import _settings
+
+    path = ROOT / "figures" / "05_semi_synthetic" / "fashion_mnist_projection_5_seeds" / "projection_filtering.csv"
+    settings = _settings(read_note(path))
+    config = fa.table_4_config(0.6, 3)
+    same = {k: v for k, v in settings.items() if len(v) == 1}
+    assert len(same) >= 15, same
+    for key, values in same.items():
+        assert format_value(config[key]) in values, key
+    assert format_value(config["dataset_options"]) in settings["dataset_options"]
+    assert config["method_options"] == {"beta": 0.5, "projection": "cosine", "filter": True}
+    assert fa.table_4_config(0.6, 3, filter_negative=False)["method_options"]["filter"] is False
+    with pytest.raises(ValueError, match="noise_std"):
+        fa.table_4_config(-0.2, 0)
+    with pytest.raises(ValueError, match="rounds"):
+        fa.main(["--noise", "0.4", "--rounds", "0", "--out", "unused.csv"])
