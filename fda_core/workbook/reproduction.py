@@ -239,10 +239,10 @@ _FASHION_TABLE_3 = "Table 3 (labelled target samples, the paper's scripts, Fashi
 #: (docs/reproduction.md § More seeds for some rows)
 _FASHION_TABLE_3_NOISE_06_FIVE_SEEDS = f"{_FASHION_TABLE_3_NOISE_06}_5_seeds/target_samples.csv"
 _FASHION_TABLE_4_FIVE_SEEDS = "05_semi_synthetic/fashion_mnist_projection_5_seeds/projection_filtering.csv"
-#: Table 4's second row on full Fashion-MNIST as the reference variant runs it, the papers' cosine rule without its
-#: filter (FedGP (cosine, no filter)), over Table 4's five seeds and four noise levels; it takes the place of the exact
-#: projection without the filter, which changes the projection and the alignment too (docs/reproduction.md § The
-#: filter alone)
+#: Table 4's second row on full Fashion-MNIST as the papers' rule would run it, their cosine rule without its filter
+#: (FedGP (cosine, no filter)), over Table 4's five seeds and four noise levels; it takes the place of the exact
+#: projection without the filter, which changes the projection and the alignment too
+#: (docs/reproduction.md § The filter alone)
 _FASHION_TABLE_4_COSINE_NO_FILTER = ("05_semi_synthetic/fashion_mnist_projection_cosine_no_filter_5_seeds/"
                                      "projection_filtering.csv")
 
