@@ -1429,6 +1429,11 @@ def test_reproduction_doc_quotes_the_filter_alone():
                "of the pairs")
     says(flat, f"The cosines it drops are as small as those it keeps: {every['mean_negative_cos'].mean():.2f} on average "
                f"against {every['mean_positive_cos'].mean():.2f}".replace("-", "−"))
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    shares = [100 * a["negative_pairs"].mean() for a in activity.values()]
+    says(readme, f"the filter's gain over it {gain.mean():.1f} ± {ci95(gain):.1f} points paired by seed, the paper's "
+                 f"{paper.mean():.2f}")
+    says(readme, f"({min(shares):.0f}–{max(shares):.0f} % of the (source, layer) pairs per round)")
 
 
 def test_reproduction_doc_quotes_table_3_at_noise_0_6_with_the_scripts_clients_and_test_set():

@@ -291,12 +291,14 @@ def test_semi_synthetic_default_sections_show_the_committed_paper_settings_test(
     noise_06 = fashion.with_name("fashion_mnist_ablations_noise_0.6")  # Table 3 at the paper's 0.6, a run of its own
     noise_06_5 = fashion.with_name("fashion_mnist_ablations_noise_0.6_5_seeds")  # the same, for seeds 0-4
     projection_5 = fashion.with_name("fashion_mnist_projection_5_seeds")  # Table 4, seeds 0-4
+    cosine_5 = fashion.with_name("fashion_mnist_projection_cosine_no_filter_5_seeds")  # the filter alone, seeds 0-4
     held_out = fashion.with_name("fashion_mnist_table_3_noise_0.6_held_out_test")  # seeds 0-4, the scripts' test set
     freeze = fashion.with_name("fashion_mnist_finetune_freeze")  # Finetune_Offline's two forms on Table 5's runs
     for folder, shown, run_file in ((fashion, "target_samples", "target_samples"), (noise_06, "target_samples", "target_samples"),
                                     (noise_06_5, "target_samples", "target_samples"), (held_out, "target_samples", "target_samples"),
                                     (fashion, "projection_filtering_table", "projection_filtering"),
                                     (projection_5, "projection_filtering_table", "projection_filtering"),
+                                    (cosine_5, "projection_filtering_table", "projection_filtering"),
                                     (fashion, "source_labels_table", "source_labels"),
                                     (freeze, "source_labels_table", "source_labels")):
         run = _read(folder / f"{run_file}.csv")
