@@ -174,8 +174,9 @@ VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
 def with_variant(spec: str | Mapping[str, Mapping[str, Any]], variant: str) -> dict[str, dict[str, Any]]:
     """The method spec ``spec`` with the options of ``variant`` ("reference" or "library", :data:`VARIANTS`)
     filled in where ``spec`` does not set them, as a mapping spec ``{name: {option: value}}``. FedGP without
-    the filter (an ablation defined for the exact projections) keeps its projection. ValueError names an
-    unknown variant."""
+    the filter keeps its projection, the exact one unless ``spec`` names another (``projection="cosine"`` drops the
+    filter alone from the papers' rule: ``docs/reproduction.md`` row 20, not yet the reference variant's default).
+    ValueError names an unknown variant."""
     check_choice(variant, "variant", tuple(VARIANTS))
     method = get_method(spec)
     given = parse_method_spec(spec)[1] if (isinstance(spec, Mapping) or "(" in str(spec)) else {}
