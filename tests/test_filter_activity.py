@@ -56,6 +56,28 @@ def test_layer_cosines_by_hand():
         fa.layer_cosines(S, t[:2], [2, 1])
 
 
+def test_filter_terms_are_the_rules_own_difference():
+    """filter_change = ‖rule without the filter − FedGP‖ / ‖FedGP‖ and source_to_target = ‖FedGP − T‖ / ‖T‖ with
+    T = (1 − Σ w_i β_i) t, from fedgp_cosine itself (β per source, weights, alignment)."""
+    from fda_core.core.aggregation import fedgp_cosine
+
+    gen = torch.Generator().manual_seed(1)
+    S, t = torch.randn(3, 9, generator=gen, dtype=torch.float64), torch.randn(9, generator=gen, dtype=torch.float64)
+    lengths, beta, w, a = [4, 2, 3], [0.5, 0.3, 0.8], [1.0, 2.0, 3.0], [0.5, 2.0, 1.5]
+    cos = fa.layer_cosines(S, t, lengths)
+    assert (cos < 0).any() and (cos > 0).any()
+    terms = fa.filter_terms(S, t, lengths, cos, beta, w, a)
+    with_filter = fedgp_cosine(S, t, beta, w, a, segments=lengths)
+    without = fedgp_cosine(S, t, beta, w, a, segments=lengths, filter_negative=False)
+    target_term = (1 - sum(wi / 6 * bi for wi, bi in zip(w, beta))) * t
+    assert terms["filter_change"] == pytest.approx(float((without - with_filter).norm() / with_filter.norm()))
+    assert terms["source_to_target"] == pytest.approx(float((with_filter - target_term).norm() / target_term.norm()))
+    one = fa.filter_terms(S, t, lengths, cos, 0.5)  # one β, uniform weights, no alignment
+    assert one["filter_change"] == pytest.approx(float(
+        (fedgp_cosine(S, t, 0.5, segments=lengths, filter_negative=False) - fedgp_cosine(S, t, 0.5, segments=lengths)).norm()
+        / fedgp_cosine(S, t, 0.5, segments=lengths).norm()))
+
+
 @pytest.mark.parametrize("keep", [False, True])
 def test_the_recorder_changes_no_bit_and_counts_the_negative_pairs(keep):
     """filter_activity runs the config as run_experiment does, to the last bit (with and without the filter), and
@@ -70,12 +92,13 @@ def test_the_recorder_changes_no_bit_and_counts_the_negative_pairs(keep):
     assert (activity["negative_pairs"] > 0).all()  # these blobs give the filter something to drop every round
     with fa.recording_cosines() as record:
         run_experiment(_dataset=Blobs(), **config)
-    for (cos, lengths), row in zip(record, activity.itertuples()):
+    for (cos, lengths, _), row in zip(record, activity.itertuples()):
         assert row.pairs == cos.numel() == cos.shape[0] * len(lengths)
         assert row.negative_pairs == pytest.approx(float((cos < 0).double().mean()))
         by_entries = sum(k * int((cos[:, j] < 0).sum()) for j, k in enumerate(lengths)) / (sum(lengths) * cos.shape[0])
         assert row.negative_parameters == pytest.approx(by_entries)
         assert math.isnan(row.mean_negative_cos) or row.mean_negative_cos < 0 < row.mean_positive_cos
+        assert row.filter_change >= 0 and row.source_to_target >= 0
     with pytest.raises(ValueError, match="config must run FedGP with projection='cosine'"):
         fa.filter_activity({**SMALL, "rule": "fedda"}, _dataset=Blobs())
 

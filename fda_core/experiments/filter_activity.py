@@ -7,7 +7,10 @@ negative, and the two rows of Table 4 can differ only as much as those pairs wei
 :func:`filter_activity` runs one federated run (:func:`fda_core.experiments.federated.run_experiment`) with a
 recorder around :func:`fda_core.core.aggregation.fedgp_cosine` that reads its inputs before the rule runs (the rule
 may write its result into the target's buffer) and changes nothing, so the run's numbers are those of the same run
-without it (a test checks the bits). ``docs/reproduction.md`` § The filter alone reads its output.
+without it (a test checks the bits). Besides how many pairs the filter drops it records how far dropping them moves
+the round's update: the part D = Σ_{i,ℓ: cos < 0} w_i β_i a_i cos G_i^ℓ that the rule without the filter adds, against
+FedGP's update U = (1 − Σ_i w_i β_i) G_T + Σ_{i,ℓ: cos > 0} w_i β_i a_i cos G_i^ℓ (``docs/theory.md`` § Rules).
+``docs/reproduction.md`` § The filter alone reads its output.
 
 Command line (the committed file of § The filter alone)::
 
@@ -32,7 +35,7 @@ from ..core import aggregation
 from .federated import make_config, run_experiment
 from .paper_numbers import noniid_reference_setting
 
-__all__ = ["layer_cosines", "recording_cosines", "filter_activity", "table_4_config", "summary", "main"]
+__all__ = ["layer_cosines", "filter_terms", "recording_cosines", "filter_activity", "table_4_config", "summary", "main"]
 
 
 def layer_cosines(sources: Tensor, target: Tensor, segments: Sequence[int]) -> Tensor:
@@ -52,18 +55,46 @@ def layer_cosines(sources: Tensor, target: Tensor, segments: Sequence[int]) -> T
     return torch.stack(cos, dim=1)
 
 
+def filter_terms(sources: Tensor, target: Tensor, segments: Sequence[int], cos: Tensor, beta: Any,
+                 weights: Any = None, alignment: Any = None) -> dict[str, float]:
+    """The lengths that say how far the filter moves a round of the cosine rule (module docstring; ``docs/theory.md``
+    § Rules), from its inputs: the (N, m) source updates, the (m,) target update, the segment lengths, their (N, L)
+    cosines (:func:`layer_cosines`), β (a number or N of them), the weights (normalised to sum 1; default uniform) and
+    the alignment (default 1). Returns ``filter_change`` = ‖D‖ / ‖U‖ (how far the rule without the filter moves FedGP's
+    update U, relative to its length) and ``source_to_target`` = ‖U − T‖ / ‖T‖ (the kept source terms against the
+    target's term T = (1 − Σ_i w_i β_i) G_T)."""
+    n = sources.shape[0]
+    as_list = lambda v, default: [float(default)] * n if v is None else (  # noqa: E731
+        [float(x) for x in v] if isinstance(v, (list, tuple, Tensor)) else [float(v)] * n)
+    b, w, a = as_list(beta, 0.0), as_list(weights, 1.0), as_list(alignment, 1.0)
+    total = sum(w)
+    coef = torch.tensor([w_i / total * b_i * a_i for w_i, b_i, a_i in zip(w, b, a)], dtype=torch.float64)[:, None] * cos
+    lengths = [int(k) for k in segments]
+    per_entry = lambda c: torch.repeat_interleave(c, torch.tensor(lengths), dim=1)  # noqa: E731  (N, L) -> (N, m)
+    s = sources.detach().double()
+    dropped = (per_entry(coef.clamp_max(0)) * s).sum(0)
+    kept = (per_entry(coef.clamp_min(0)) * s).sum(0)
+    target_term = (1.0 - float((coef.new_tensor(w) / total * coef.new_tensor(b)).sum())) * target.detach().double()
+    update = target_term + kept
+    norm = torch.linalg.vector_norm
+    return {"filter_change": float(norm(dropped) / norm(update)) if norm(update) > 0 else math.nan,
+            "source_to_target": float(norm(kept) / norm(target_term)) if norm(target_term) > 0 else math.nan}
+
+
 @contextlib.contextmanager
-def recording_cosines() -> Iterator[list[tuple[Tensor, tuple[int, ...]]]]:
+def recording_cosines() -> Iterator[list[tuple[Tensor, tuple[int, ...], dict[str, float]]]]:
     """Within the block every call of :func:`fda_core.core.aggregation.fedgp_cosine` on flat (N, m) updates with
-    ``segments`` appends ((N, L) cosines by :func:`layer_cosines`, the segment lengths) to the yielded list, read
-    before the rule runs; the rule itself runs as called. Restores the rule on exit."""
-    record: list[tuple[Tensor, tuple[int, ...]]] = []
+    ``segments`` appends ((N, L) cosines by :func:`layer_cosines`, the segment lengths, :func:`filter_terms`) to the
+    yielded list, read before the rule runs; the rule itself runs as called. Restores the rule on exit."""
+    record: list[tuple[Tensor, tuple[int, ...], dict[str, float]]] = []
     rule = aggregation.fedgp_cosine
 
     def recorded(source_updates, target_update, beta, weights=None, alignment=None, **kwargs):
         segments = kwargs.get("segments")
         if isinstance(source_updates, Tensor) and segments is not None:
-            record.append((layer_cosines(source_updates, target_update, segments), tuple(int(k) for k in segments)))
+            cos = layer_cosines(source_updates, target_update, segments)
+            terms = filter_terms(source_updates, target_update, segments, cos, beta, weights, alignment)
+            record.append((cos, tuple(int(k) for k in segments), terms))
         return rule(source_updates, target_update, beta, weights, alignment, **kwargs)
 
     aggregation.fedgp_cosine = recorded
@@ -78,7 +109,8 @@ def filter_activity(config: Mapping[str, Any], _dataset: Any = None) -> tuple[pd
     (:func:`recording_cosines`). Returns one row per aggregated round — ``round`` (the FDA rounds after the warm-up,
     from 1), ``pairs`` (N·L), ``negative_pairs`` (the share of pairs with a negative cosine: those the filter drops),
     ``negative_parameters`` (the share of the N·m source entries in them), ``mean_negative_cos`` and
-    ``mean_positive_cos`` (NaN where there are none) — and the run's result. ValueError when the run never calls the
+    ``mean_positive_cos`` (NaN where there are none), ``filter_change`` and ``source_to_target``
+    (:func:`filter_terms`) — and the run's result. ValueError when the run never calls the
     cosine rule (another method or projection)."""
     with recording_cosines() as record:
         result = run_experiment(_dataset=_dataset, **config)
@@ -86,14 +118,14 @@ def filter_activity(config: Mapping[str, Any], _dataset: Any = None) -> tuple[pd
         raise ValueError(f"config must run FedGP with projection='cosine' (rule {config.get('rule')!r}, method_options "
                          f"{config.get('method_options')!r}): the cosine rule never ran")
     rows = []
-    for k, (cos, lengths) in enumerate(record, start=1):
+    for k, (cos, lengths, terms) in enumerate(record, start=1):
         negative = cos < 0
         sizes = torch.tensor(lengths, dtype=torch.float64)
         rows.append({
             "round": k, "pairs": int(cos.numel()), "negative_pairs": float(negative.double().mean()),
             "negative_parameters": float((negative.double() * sizes).sum() / (sizes.sum() * cos.shape[0])),
             "mean_negative_cos": float(cos[negative].mean()) if negative.any() else math.nan,
-            "mean_positive_cos": float(cos[cos > 0].mean()) if (cos > 0).any() else math.nan,
+            "mean_positive_cos": float(cos[cos > 0].mean()) if (cos > 0).any() else math.nan, **terms,
         })
     return pd.DataFrame(rows), result
 
@@ -118,9 +150,10 @@ def table_4_config(noise_std: float, seed: int, *, filter_negative: bool = True,
 
 
 def summary(activity: pd.DataFrame) -> dict[str, float]:
-    """Means over the rounds of :func:`filter_activity`'s shares, and the largest share of negative pairs."""
-    return {"negative_pairs": float(activity["negative_pairs"].mean()),
-            "negative_parameters": float(activity["negative_parameters"].mean()),
+    """Means over the rounds of :func:`filter_activity`'s shares and lengths, and the largest share of negative
+    pairs."""
+    return {**{c: float(activity[c].mean()) for c in ("negative_pairs", "negative_parameters", "filter_change",
+                                                        "source_to_target")},
             "max_negative_pairs": float(activity["negative_pairs"].max())}
 
 
@@ -140,7 +173,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     note = (f"{label} on Fashion-MNIST, Table 4's run at noise {args.noise:g}, seed {args.seed} "
             f"(fda_core.experiments.filter_activity.table_4_config); final accuracy {100 * result['final_target_acc']!r} %\n"
             "per aggregated round: the shares of (source, layer) pairs, and of source entries, whose cosine with the "
-            "target's update is negative (those the filter drops), and the mean cosine of each sign")
+            "target's update is negative (those the filter drops), the mean cosine of each sign, how far dropping the "
+            "filter moves FedGP's update relative to its length (filter_change), and the kept source terms' length "
+            "against the target's term (source_to_target)")
     write_table(args.out, activity, note=note)
     print(label, f"final accuracy {100 * result['final_target_acc']:.2f} %", summary(activity))
     return 0
