@@ -1429,11 +1429,27 @@ def test_reproduction_doc_quotes_the_filter_alone():
                "of the pairs")
     says(flat, f"The cosines it drops are as small as those it keeps: {every['mean_negative_cos'].mean():.2f} on average "
                f"against {every['mean_positive_cos'].mean():.2f}".replace("-", "−"))
+    def per_noise(column: str, digits: int) -> str:
+        means = [f"{100 * a[column].mean():.{digits}f}" for a in activity.values()]
+        return ", ".join(means[:-1]) + f" and {means[-1]}"
+
+    says(flat, f"the kept source terms together are {per_noise('source_to_target', 1)} % as long as the target's term "
+               f"(1 − β) G_T on average over the rounds (at most {100 * every['source_to_target'].max():.1f} % in a round), "
+               f"and the terms the filter drops would move FedGP's update by {per_noise('filter_change', 2)} % of its "
+               f"length (at most {100 * every['filter_change'].max():.2f} %)")
+    from fda_core.core.aggregation import magnitude_alignment
+
+    (a_i,) = magnitude_alignment(0.005, 0.01, 100, 16, [7000], 64)
+    says(flat, f"(7,000 / 64) ≈ {a_i:.3f} here")
     readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
     shares = [100 * a["negative_pairs"].mean() for a in activity.values()]
+    change = [100 * a["filter_change"].mean() for a in activity.values()]
+    lengths = [100 * a["source_to_target"].mean() for a in activity.values()]
+    says(readme, f"which moves FedGP's update by {min(change):.1f}–{max(change):.1f} % of its length: after the alignment "
+                 f"the source terms are {min(lengths):.0f}–{max(lengths):.0f} % as long as the target's")
     says(readme, f"the filter's gain over it {gain.mean():.1f} ± {ci95(gain):.1f} points paired by seed, the paper's "
                  f"{paper.mean():.2f}")
-    says(readme, f"({min(shares):.0f}–{max(shares):.0f} % of the (source, layer) pairs per round)")
+    says(readme, f"({min(shares):.0f}–{max(shares):.0f} % of the (source, layer) pairs per round, ")
 
 
 def test_reproduction_doc_quotes_table_3_at_noise_0_6_with_the_scripts_clients_and_test_set():
