@@ -11,36 +11,11 @@ from fda_core.common.files import read_note
 from fda_core.experiments import filter_activity as fa
 from fda_core.experiments.federated import run_experiment
 from fda_core.experiments.tables import format_value
+from test_federated import Blobs
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = dict(target=0, model="mlp", rounds=4, warmup_rounds=1, n_target_labeled=24, target_batch_size=6,
              source_batch_size=32, source_lr=0.02, seed=0)
-
-
-class Blobs:
-    """Three small environments (DomainBed interface): class means that move with the environment."""
-
-    ENVIRONMENTS = ["e0", "e1", "e2"]
-    input_shape = (1, 4, 4)
-    num_classes = 3
-    default_target = None
-
-    def __init__(self, n: int = 200):
-        g = torch.Generator().manual_seed(0)
-        self.data = []
-        for e in range(3):
-            y = torch.randint(0, 3, (n,), generator=g)
-            x = torch.randn(n, 1, 4, 4, generator=g) + (y[:, None, None, None] - 1) * (0.6 + 0.4 * e) - 0.5 * e
-            self.data.append((x, y))
-
-    def __len__(self):
-        return len(self.data)
-
-    def __getitem__(self, i):
-        return self.data[i]
-
-    def env_index(self, env):
-        return env if isinstance(env, int) else self.ENVIRONMENTS.index(env)
 
 
 def test_layer_cosines_by_hand():
@@ -84,14 +59,14 @@ def test_the_recorder_changes_no_bit_and_counts_the_negative_pairs(keep):
     records one row per aggregated round (the rounds after the warm-up) with shares in [0, 1] that the recorded
     cosines give; a run that never calls the cosine rule is refused."""
     config = {**SMALL, "rule": "fedgp", "method_options": {"projection": "cosine", "filter": not keep}}
-    activity, result = fa.filter_activity(config, _dataset=Blobs())
-    plain = run_experiment(_dataset=Blobs(), **config)
+    activity, result = fa.filter_activity(config, _dataset=Blobs(seed=1))
+    plain = run_experiment(_dataset=Blobs(seed=1), **config)
     assert [h["target_acc"] for h in result["history"]] == [h["target_acc"] for h in plain["history"]]
     assert list(activity["round"]) == [1, 2, 3]  # 4 rounds, 1 of them warm-up
     assert activity["negative_pairs"].between(0, 1).all() and activity["negative_parameters"].between(0, 1).all()
-    assert (activity["negative_pairs"] > 0).all()  # these blobs give the filter something to drop every round
+    assert (activity["negative_pairs"] > 0).all()  # these blobs (seed 1) give the filter something to drop every round
     with fa.recording_cosines() as record:
-        run_experiment(_dataset=Blobs(), **config)
+        run_experiment(_dataset=Blobs(seed=1), **config)
     for (cos, lengths, _), row in zip(record, activity.itertuples()):
         assert row.pairs == cos.numel() == cos.shape[0] * len(lengths)
         assert row.negative_pairs == pytest.approx(float((cos < 0).double().mean()))
@@ -100,7 +75,7 @@ def test_the_recorder_changes_no_bit_and_counts_the_negative_pairs(keep):
         assert math.isnan(row.mean_negative_cos) or row.mean_negative_cos < 0 < row.mean_positive_cos
         assert row.filter_change >= 0 and row.source_to_target >= 0
     with pytest.raises(ValueError, match="config must run FedGP with projection='cosine'"):
-        fa.filter_activity({**SMALL, "rule": "fedda"}, _dataset=Blobs())
+        fa.filter_activity({**SMALL, "rule": "fedda"}, _dataset=Blobs(seed=1))
 
 
 def test_table_4_config_is_the_committed_runs_setting():
