@@ -877,8 +877,7 @@ def test_reproduction_doc_quotes_the_ablations_on_fashion_mnist(monkeypatch):
         rows[key] = pd.concat([rows.get(key), mine.assign(gap=mine["ours_mean"] - mine["paper_value"])])
     seeds = {name: sorted(set(r["seed"])) for name, r in runs.items()}
     assert seeds["target_samples"] == seeds["projection_filtering"], seeds  # Tables 3 and 4 ran in one command
-    notebook = json.loads((ROOT / "notebooks" / "05_semi_synthetic.ipynb").read_text(encoding="utf-8"))
-    cell = next("".join(c["source"]) for c in notebook["cells"] if "FASHION_ABLATIONS_RUN = (" in "".join(c["source"]))
+    cell = _notebook_05_cell("FASHION_ABLATIONS_RUN = (")
     for name, command, ablations, run in (
             ("target_samples", "TABLES_3_AND_4_RUN", '["target_samples", "projection"]', table_3_runs[folder]),
             ("source_labels", "TABLE_5_RUN", '["source_labels"]', runs["source_labels"]),
@@ -1067,13 +1066,18 @@ def test_reproduction_doc_quotes_the_ablations_on_fashion_mnist(monkeypatch):
                  f"{len(mnist)} rows")
 
 
+def _notebook_05_cell(containing: str) -> str:
+    """The source of notebook 05's first cell whose text holds ``containing``."""
+    notebook = json.loads((ROOT / "notebooks" / "05_semi_synthetic.ipynb").read_text(encoding="utf-8"))
+    return next("".join(c["source"]) for c in notebook["cells"] if containing in "".join(c["source"]))
+
+
 def _notebook_05_folder_and_command(name: str) -> dict[str, str]:
     """Notebook 05's ``name`` (a committed folder) and ``name + "_RUN"`` (the command it prints with the folder's
     table), evaluated from the cell that assigns them, as the notebook computes them."""
     import ast
 
-    notebook = json.loads((ROOT / "notebooks" / "05_semi_synthetic.ipynb").read_text(encoding="utf-8"))
-    cell = next("".join(c["source"]) for c in notebook["cells"] if f"{name}_RUN = (" in "".join(c["source"]))
+    cell = _notebook_05_cell(f"{name}_RUN = (")
     names: dict[str, str] = {}
     for node in ast.parse(cell).body:
         if isinstance(node, ast.Assign) and node.targets[0].id in (name, f"{name}_RUN"):
@@ -1279,8 +1283,7 @@ def test_reproduction_doc_quotes_table_4_over_five_seeds(monkeypatch):
                f"{folder.relative_to(ROOT)}` ({len(five)} runs")
     says(flat, f"ran the {len(five) - len(repeated)} runs of seeds 3 and 4: the 6 at noise 0.6 in a first run restricted "
                "to it (`-p noise_levels '[0.6]'`")
-    notebook = json.loads((ROOT / "notebooks" / "05_semi_synthetic.ipynb").read_text(encoding="utf-8"))
-    cell = next("".join(c["source"]) for c in notebook["cells"] if "TABLE_4_5_SEEDS_RUN = " in "".join(c["source"]))
+    cell = _notebook_05_cell("TABLE_4_5_SEEDS_RUN = ")
     assert f'FASHION_TABLE_4_5_SEEDS = "{folder.relative_to(ROOT)}"' in cell
     assert "TABLE_4_5_SEEDS_RUN = FASHION_ABLATIONS_RUN.replace(FASHION_ABLATIONS, FASHION_TABLE_4_5_SEEDS) + " \
            "\" -p ablations '[\\\"projection\\\"]' -p ablation_trials 5\"" in cell
@@ -1361,8 +1364,7 @@ def test_reproduction_doc_quotes_the_filter_alone():
     flat = " ".join(text.split())
     says(flat, f"`-p figures_dir {folder.relative_to(ROOT)}` (the notebook's `TABLE_4_COSINE_NO_FILTER_RUN`; "
                f"{len(cosine)} runs")
-    notebook = json.loads((ROOT / "notebooks" / "05_semi_synthetic.ipynb").read_text(encoding="utf-8"))
-    cell = next("".join(c["source"]) for c in notebook["cells"] if "TABLE_4_COSINE_NO_FILTER_RUN = " in "".join(c["source"]))
+    cell = _notebook_05_cell("TABLE_4_COSINE_NO_FILTER_RUN = ")
     assert f'FASHION_TABLE_4_COSINE_NO_FILTER = "{folder.relative_to(ROOT)}"' in cell
     assert "-p ablation_trials 5 -p projection_methods '[{\\\"fedgp\\\": {\\\"filter\\\": false, \\\"projection\\\": " \
            "\\\"cosine\\\"}}]'" in cell
