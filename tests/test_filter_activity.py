@@ -41,13 +41,13 @@ def test_filter_terms_are_the_rules_own_difference():
     lengths, beta, w, a = [4, 2, 3], [0.5, 0.3, 0.8], [1.0, 2.0, 3.0], [0.5, 2.0, 1.5]
     cos = fa.layer_cosines(S, t, lengths)
     assert (cos < 0).any() and (cos > 0).any()
-    terms = fa.filter_terms(S, t, lengths, cos, beta, w, a)
+    terms = fa.filter_terms(S, t, lengths, beta, w, a)
     with_filter = fedgp_cosine(S, t, beta, w, a, segments=lengths)
     without = fedgp_cosine(S, t, beta, w, a, segments=lengths, filter_negative=False)
     target_term = (1 - sum(wi / 6 * bi for wi, bi in zip(w, beta))) * t
     assert terms["filter_change"] == pytest.approx(float((without - with_filter).norm() / with_filter.norm()))
     assert terms["source_to_target"] == pytest.approx(float((with_filter - target_term).norm() / target_term.norm()))
-    one = fa.filter_terms(S, t, lengths, cos, 0.5)  # one β, uniform weights, no alignment
+    one = fa.filter_terms(S, t, lengths, 0.5)  # one β, uniform weights, no alignment
     assert one["filter_change"] == pytest.approx(float(
         (fedgp_cosine(S, t, 0.5, segments=lengths, filter_negative=False) - fedgp_cosine(S, t, 0.5, segments=lengths)).norm()
         / fedgp_cosine(S, t, 0.5, segments=lengths).norm()))

@@ -55,30 +55,26 @@ def layer_cosines(sources: Tensor, target: Tensor, segments: Sequence[int]) -> T
     return torch.stack(cos, dim=1)
 
 
-def filter_terms(sources: Tensor, target: Tensor, segments: Sequence[int], cos: Tensor, beta: Any,
-                 weights: Any = None, alignment: Any = None) -> dict[str, float]:
+#: the cosine rule itself, as imported (the recorder below puts a wrapper in its place while it records)
+_COSINE_RULE = aggregation.fedgp_cosine
+
+
+def filter_terms(sources: Tensor, target: Tensor, segments: Sequence[int], beta: Any, weights: Any = None,
+                 alignment: Any = None) -> dict[str, float]:
     """The lengths that say how far the filter moves a round of the cosine rule (module docstring; ``docs/theory.md``
-    § Rules), from its inputs: the (N, m) source updates, the (m,) target update, the segment lengths, their (N, L)
-    cosines (:func:`layer_cosines`), β (a number or N of them), the weights (normalised to sum 1; default uniform) and
-    the alignment (default 1). Returns ``filter_change`` = ‖D‖ / ‖U‖ (how far the rule without the filter moves FedGP's
-    update U, relative to its length) and ``source_to_target`` = ‖U − T‖ / ‖T‖ (the kept source terms against the
-    target's term T = (1 − Σ_i w_i β_i) G_T)."""
-    n = sources.shape[0]
-    as_list = lambda v, default: [float(default)] * n if v is None else (  # noqa: E731
-        [float(x) for x in v] if isinstance(v, (list, tuple, Tensor)) else [float(v)] * n)
-    b, w, a = as_list(beta, 0.0), as_list(weights, 1.0), as_list(alignment, 1.0)
-    total = sum(w)
-    coef = torch.tensor([w_i / total * b_i * a_i for w_i, b_i, a_i in zip(w, b, a)], dtype=torch.float64)[:, None] * cos
-    lengths = [int(k) for k in segments]
-    per_entry = lambda c: torch.repeat_interleave(c, torch.tensor(lengths), dim=1)  # noqa: E731  (N, L) -> (N, m)
-    s = sources.detach().double()
-    dropped = (per_entry(coef.clamp_max(0)) * s).sum(0)
-    kept = (per_entry(coef.clamp_min(0)) * s).sum(0)
-    target_term = (1.0 - float((coef.new_tensor(w) / total * coef.new_tensor(b)).sum())) * target.detach().double()
-    update = target_term + kept
-    norm = torch.linalg.vector_norm
-    return {"filter_change": float(norm(dropped) / norm(update)) if norm(update) > 0 else math.nan,
-            "source_to_target": float(norm(kept) / norm(target_term)) if norm(target_term) > 0 else math.nan}
+    § Rules), from its inputs — the (N, m) source updates, the (m,) target update, the segment lengths, β, the weights
+    and the alignment, as :func:`fda_core.core.aggregation.fedgp_cosine` takes them — by the rule itself, in float64:
+    FedGP's update U (with the filter), the update without it, and the target's term T = (1 − Σ_i w_i β_i) G_T (the
+    rule with zero sources). Returns ``filter_change`` = ‖U_no filter − U‖ / ‖U‖ (how far dropping the filter moves
+    the update, relative to its length) and ``source_to_target`` = ‖U − T‖ / ‖T‖ (the kept source terms against the
+    target's term); NaN where the denominator is 0."""
+    s, t = sources.detach().double(), target.detach().double()
+    rule = lambda src, keep: _COSINE_RULE(src, t, beta, weights, alignment, segments=segments,  # noqa: E731
+                                          filter_negative=not keep)
+    update, target_term = rule(s, False), rule(torch.zeros_like(s), False)
+    norm = lambda v: float(torch.linalg.vector_norm(v))  # noqa: E731
+    return {"filter_change": norm(rule(s, True) - update) / norm(update) if norm(update) > 0 else math.nan,
+            "source_to_target": norm(update - target_term) / norm(target_term) if norm(target_term) > 0 else math.nan}
 
 
 @contextlib.contextmanager
@@ -93,7 +89,7 @@ def recording_cosines() -> Iterator[list[tuple[Tensor, tuple[int, ...], dict[str
         segments = kwargs.get("segments")
         if isinstance(source_updates, Tensor) and segments is not None:
             cos = layer_cosines(source_updates, target_update, segments)
-            terms = filter_terms(source_updates, target_update, segments, cos, beta, weights, alignment)
+            terms = filter_terms(source_updates, target_update, segments, beta, weights, alignment)
             record.append((cos, tuple(int(k) for k in segments), terms))
         return rule(source_updates, target_update, beta, weights, alignment, **kwargs)
 
